@@ -1,0 +1,164 @@
+"""One error tree for gpuops; the CLI maps each class to its documented exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ExitCode:
+    """The exit codes of the contract (README, "Exit codes")."""
+
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    CONNECT = 3
+    PREFLIGHT = 4
+    WARMUP = 5
+    TRAINING_FAILED = 6
+    ABORTED = 7
+    STALLED = 8
+    TIMEOUT = 124
+    INTERRUPTED = 130
+
+
+class GpuopsError(Exception):
+    """Base of every error gpuops reports to a user: a message, an exit code, a hint."""
+
+    exit_code = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(GpuopsError):
+    """A bad option, an unknown target, a missing file."""
+
+    exit_code = ExitCode.USAGE
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A position in a YAML file, 1-based as editors show it."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class ConfigError(UsageError):
+    """A configuration file is malformed; the message reads FILE:LINE:COL: what was expected."""
+
+    def __init__(self, mark: Mark | None, message: str, *, file: str | None = None) -> None:
+        where = str(mark) if mark else (file or "<config>")
+        super().__init__(f"{where}: {message}")
+        self.mark = mark
+        self.detail = message
+
+
+class ConnectError(GpuopsError):
+    """The target cannot be reached or authenticated against."""
+
+    exit_code = ExitCode.CONNECT
+
+    def __init__(self, host: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{host}: {message}", hint=hint)
+        self.host = host
+
+
+class AuthError(ConnectError):
+    """Authentication was refused: never retried."""
+
+
+class HostKeyError(ConnectError):
+    """A host key problem: never retried, never bypassed."""
+
+
+class UnknownHostKey(HostKeyError):
+    """The host's key is not in known_hosts and the policy is strict."""
+
+    def __init__(self, host: str, key_name: str, key_type: str, fingerprint: str, known_hosts: str) -> None:
+        self.key_name = key_name
+        self.key_type = key_type
+        self.fingerprint = fingerprint
+        self.known_hosts = known_hosts
+        super().__init__(
+            host,
+            f"unknown host key for {key_name} ({key_type} {fingerprint}); refusing to connect "
+            f"(host_key_policy: strict, known_hosts: {known_hosts})",
+            hint=(
+                "verify the fingerprint out of band, then trust it with "
+                f"`ssh-keyscan {_keyscan_args(key_name)} >> {known_hosts}` "
+                "or set `host_key_policy: accept-new` on the host in the inventory"
+            ),
+        )
+
+
+class ChangedHostKey(HostKeyError):
+    """The host presented a key different from the one recorded: always refused."""
+
+    def __init__(self, host: str, key_name: str, key_type: str, expected: str, got: str, known_hosts: str) -> None:
+        self.key_name = key_name
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            host,
+            f"HOST KEY CHANGED for {key_name}: known_hosts has {expected}, the host presented "
+            f"{key_type} {got}; refusing to connect (possible man-in-the-middle)",
+            hint=f"if the host was really re-installed, remove the old key with "
+            f"`ssh-keygen -R {_quote_host(key_name)} -f {known_hosts}` and connect again",
+        )
+
+
+def _quote_host(key_name: str) -> str:
+    return f"'{key_name}'" if key_name.startswith("[") else key_name
+
+
+def _keyscan_args(key_name: str) -> str:
+    if key_name.startswith("[") and "]:" in key_name:
+        host, port = key_name[1:].split("]:", 1)
+        return f"-p {port} {host}"
+    return key_name
+
+
+class RemoteError(GpuopsError):
+    """A command on the target failed in a way gpuops did not expect."""
+
+    exit_code = ExitCode.INTERNAL
+
+
+class CommandTimeout(GpuopsError):
+    """A remote command ran past its timeout (treated like a lost connection)."""
+
+    exit_code = ExitCode.CONNECT
+
+
+class PreflightFailed(GpuopsError):
+    """The target is not ready for a run: nothing was changed on it."""
+
+    exit_code = ExitCode.PREFLIGHT
+
+
+class ContainerNotRunning(PreflightFailed):
+    """The LXC container is stopped or missing."""
+
+
+class RunAlive(PreflightFailed):
+    """A run of this playbook, or a launch of it, is already in progress on the target."""
+
+
+class WarmupFailed(GpuopsError):
+    """A GPU's warmup exited non-zero or timed out; training was not started."""
+
+    exit_code = ExitCode.WARMUP
+
+
+class NoRun(UsageError):
+    """There is no run of this playbook on the target."""

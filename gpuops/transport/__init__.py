@@ -1,0 +1,81 @@
+"""Transports: local, ssh, and pct wrapping either; one connection per host per invocation."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gpuops.config.model import Inventory, Target
+from gpuops.transport.base import Result, Stream, Transport
+from gpuops.transport.local import LocalTransport
+from gpuops.transport.pct import PctTransport
+
+__all__ = ["Pool", "Result", "Stream", "Transport", "LocalTransport", "PctTransport", "dry_transport"]
+
+
+class Pool:
+    """Host transports shared by every target of one invocation: one SSH connection per host."""
+
+    def __init__(self, inventory: Inventory, *, retry_time: float = 30.0) -> None:
+        self.inventory = inventory
+        self.retry_time = retry_time
+        self._hosts: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def host(self, name: str) -> Transport:
+        with self._lock:
+            if name not in self._hosts:
+                host = self.inventory.hosts[name]
+                if host.transport == "local":
+                    self._hosts[name] = LocalTransport(name)
+                else:
+                    from gpuops.transport.ssh import SshTransport
+
+                    self._hosts[name] = SshTransport(host, self.inventory.hosts, retry_time=self.retry_time)
+            return self._hosts[name]
+
+    def target(self, target: Target) -> Transport:
+        inner = self.host(target.host)
+        return PctTransport(inner, target.ctid) if target.ctid is not None else inner
+
+    def connections_made(self) -> int:
+        return sum(getattr(t, "connections_made", 0) for t in self._hosts.values())
+
+    def close(self) -> None:
+        for transport in self._hosts.values():
+            transport.close()
+
+
+class _DryHost:
+    """Renders commands as they would be sent to a host; refuses to run anything."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def wrap(self, cmd: Any) -> Any:
+        return cmd
+
+    def render(self, cmd: Any, *, display: bool = True) -> str:
+        return cmd.render(display=display)
+
+    def run(self, cmd: Any, **_: Any) -> Result:
+        raise AssertionError("a dry run must not execute commands")
+
+    def open(self, cmd: Any) -> Stream:
+        raise AssertionError("a dry run must not execute commands")
+
+    def connect(self) -> None:
+        raise AssertionError("a dry run must not connect")
+
+    def reconnect(self) -> None:
+        raise AssertionError("a dry run must not connect")
+
+    def close(self) -> None:
+        return None
+
+
+def dry_transport(inventory: Inventory, target: Target) -> Transport:
+    """The target's transport shape for --dry-run: renders, never connects."""
+    host = inventory.hosts[target.host]
+    inner: Any = _DryHost(host.name)
+    return PctTransport(inner, target.ctid) if target.ctid is not None else inner

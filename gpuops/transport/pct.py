@@ -1,0 +1,89 @@
+"""An LXC container on a Proxmox host: wraps the host's transport with `pct exec <ctid> --`."""
+
+from __future__ import annotations
+
+import re
+
+from gpuops.command import Cmd
+from gpuops.errors import ContainerNotRunning
+from gpuops.transport.base import Result, Stream, Transport
+
+# pct's own words when the container is missing or stopped (REFERENCE.md).
+_MISSING = re.compile(r"Configuration file '[^']*/lxc/(\d+)\.conf' does not exist")
+_STOPPED = re.compile(r"Failed to get init pid|CT \d+ not running|is not running")
+
+
+class PctTransport:
+    """Runs every command as `pct exec <ctid> -- argv` through the inner (host) transport."""
+
+    def __init__(self, inner: Transport, ctid: int) -> None:
+        self.inner = inner
+        self.ctid = ctid
+        self.label = f"{inner.label}/ct{ctid}"
+
+    def wrap(self, cmd: Cmd) -> Cmd:
+        return self.inner.wrap(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
+
+    def render(self, cmd: Cmd, *, display: bool = True) -> str:
+        return self.inner.render(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv), display=display)
+
+    def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
+        result = self.inner.run(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv), timeout=timeout, stdin=stdin)
+        if result.exit_code != 0:
+            self.raise_for_container(result.err)
+        return result
+
+    def open(self, cmd: Cmd) -> Stream:
+        return self.inner.open(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
+
+    def host_run(self, cmd: Cmd, *, timeout: float) -> Result:
+        """A command on the Proxmox host itself (pct status)."""
+        return self.inner.run(cmd, timeout=timeout)
+
+    def state(self, *, timeout: float) -> str:
+        """`running`, `stopped`, `missing`, or pct's own words when it says something else."""
+        result = self.inner.run(Cmd("pct", "status", str(self.ctid)), timeout=timeout)
+        return parse_pct_status(result)
+
+    def raise_for_container(self, stderr: str) -> None:
+        """Turn pct's missing/stopped messages into a ContainerNotRunning error."""
+        if _MISSING.search(stderr):
+            raise ContainerNotRunning(
+                f"{self.label}: container {self.ctid} does not exist on {self.inner.label}",
+                hint="check `ctid` in the inventory (`pct list` on the host shows the containers)",
+            )
+        if _STOPPED.search(stderr):
+            raise ContainerNotRunning(
+                f"{self.label}: container {self.ctid} is not running",
+                hint=f"start it with `pct start {self.ctid}` on {self.inner.label}",
+            )
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def reconnect(self) -> None:
+        self.inner.reconnect()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def parse_pct_status(result: Result) -> str:
+    """Read `pct status` output: `status: running` -> running."""
+    if result.exit_code == 0:
+        m = re.search(r"^status:\s*(\S+)", result.out, re.M)
+        if m:
+            return m.group(1)
+    if _MISSING.search(result.err):
+        return "missing"
+    text = (result.err or result.out).strip().splitlines()
+    return text[-1] if text else f"unknown (pct status exited {result.exit_code})"
+
+
+def container_error(stderr: str) -> str | None:
+    """`missing`/`stopped` when pct's stderr says so, else None."""
+    if _MISSING.search(stderr):
+        return "missing"
+    if _STOPPED.search(stderr):
+        return "stopped"
+    return None
