@@ -1,0 +1,64 @@
+"""Abort a run: signal its foreground job, wait the grace, kill the session and every process of the run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.command import bash
+from gpuops.flow.job import Job, holder_id
+from gpuops.flow.scripts import MARK, abort_script, kill_marked_script
+from gpuops.gpus import SmiError, parse_gpus
+from gpuops.runs import dumps
+
+
+@dataclass
+class AbortResult:
+    record: dict[str, Any]
+    survivors: list[int] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, line: str | None = None,
+              excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
+    """Stop the run the way the playbook says and write the abort record; returns what was left."""
+    ab = job.playbook.abort
+    record: dict[str, Any] = {
+        "reason": reason,
+        "rule": rule,
+        "line": job.mask(line) if line else None,
+        "excerpt": job.mask(excerpt) if excerpt else None,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "signal": ab.signal,
+        "grace": ab.grace,
+        "by": holder_id(),
+        **(extra or {}),
+    }
+    script = abort_script(
+        job.session, run_id, ab.signal, ab.grace, dumps(record), job.run_gpus,
+        job.playbook.preflight.max_memory_used_mib,
+    )
+    started = time.monotonic()
+    result = job.run(bash(script), timeout=ab.grace + 90.0)
+    out = AbortResult(record, seconds=time.monotonic() - started)
+    for text in result.out.splitlines():
+        if text.startswith(MARK + "survivors"):
+            out.survivors = [int(p) for p in text.split()[2:] if p.isdigit()]
+        elif text.startswith(MARK + "gpus "):
+            rows = text[len(MARK) + 5 :].replace(";", "\n")
+            try:
+                out.gpus = [g.as_json() for g in parse_gpus(rows)]
+            except (SmiError, ValueError):
+                out.gpus = []
+    return out
+
+
+def reap(job: Job, run_id: str) -> list[int]:
+    """After a run ended by itself: kill whatever of it is left (workers that outlived the command)."""
+    result = job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+    for text in result.out.splitlines():
+        if text.startswith(MARK + "survivors"):
+            return [int(p) for p in text.split()[2:] if p.isdigit()]
+    return []

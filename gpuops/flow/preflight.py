@@ -1,0 +1,140 @@
+"""Preflight: take the target's launch lock and check, in one round trip, that a run may start."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from gpuops.command import bash
+from gpuops.errors import PreflightFailed, RemoteError, RunAlive
+from gpuops.flow.events import Event
+from gpuops.flow.job import Job, holder_id
+from gpuops.flow.scripts import MARK, lock_script
+from gpuops.gpus import Finding, check_idle
+from gpuops.probe import Probe, parse_probe, probe_script
+from gpuops.transport.pct import PctTransport
+
+
+class PreflightProblem(PreflightFailed):
+    """Preflight found the target not ready; carries what was measured."""
+
+    def __init__(self, message: str, findings: list[Finding], job: Job, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.findings = findings
+        self.thresholds = {
+            "max_memory_used_mib": job.playbook.preflight.max_memory_used_mib,
+            "max_utilization_pct": job.playbook.preflight.max_utilization_pct,
+            "allow_processes": job.playbook.preflight.allow_processes,
+        }
+
+
+class LaunchLock:
+    """The target-side lock of one session: held while the launcher's heartbeats keep coming."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self._stream = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stale_holder: str | None = None
+
+    def acquire(self) -> Probe:
+        """Take the lock and return the probe taken under it; raise RunAlive when another holds it."""
+        job = self.job
+        script = lock_script(job.session, holder_id(), probe_script((job.session,)))
+        self._stream = job.transport.open(bash(script))
+        text = self._read_until_locked()
+        lines = text.splitlines()
+        for line in lines:
+            if line.startswith(MARK + "busy"):
+                self.release()
+                holder = line[len(MARK) + 5 :].strip() or "another gpuops process"
+                raise RunAlive(
+                    f"{job.target.name}: a launch of '{job.session}' is already in progress ({holder})",
+                    hint="wait for it, or see `gpuops status`",
+                )
+            if line.startswith(MARK + "stale"):
+                self.stale_holder = line[len(MARK) + 6 :].strip()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
+        self._thread.start()
+        return parse_probe(text)
+
+    def _read_until_locked(self) -> str:
+        assert self._stream is not None
+        buf = b""
+        marker = (MARK + "locked").encode()
+        while marker not in buf:
+            chunk = self._stream.read(self.job.timeout)
+            if chunk is None or chunk == b"":
+                code = self._stream.wait(5.0)
+                self._stream.close()
+                self._stream = None
+                text = buf.decode("utf-8", "replace")
+                if MARK + "busy" in text:
+                    return text
+                if isinstance(self.job.transport, PctTransport):
+                    self.job.transport.raise_for_container(text)
+                raise RemoteError(
+                    f"{self.job.target.name}: could not take the launch lock (exit {code}): {text.strip()[-400:] or 'no output'}",
+                    hint="the target needs bash, flock (util-linux) and a writable home directory",
+                )
+            buf += chunk
+        return buf.decode("utf-8", "replace")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(5.0):
+            try:
+                if self._stream is not None:
+                    self._stream.write(b"\n")
+            except Exception:  # a broken stream ends the lock on the target: nothing to do here
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._stream is not None:
+            try:
+                self._stream.close_stdin()
+                self._stream.wait(5.0)
+            except Exception:  # releasing over a dead connection: the target frees it by itself
+                pass
+            self._stream.close()
+            self._stream = None
+
+
+def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
+    """Check the probe against the playbook; raise PreflightProblem, else yield the findings."""
+    pf = job.playbook.preflight
+    state = probe.sessions.get(job.session)
+    if state is not None and state.alive:
+        run = state.run.run_id if state.run else "unknown run"
+        raise RunAlive(
+            f"{job.target.name}: tmux session '{job.session}' is alive ({run})",
+            hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
+        )
+    findings: list[Finding] = []
+    if pf.gpus:
+        if probe.smi != "ok":
+            why = "nvidia-smi is not installed" if probe.smi == "absent" else f"nvidia-smi failed: {probe.smi_error}"
+            raise PreflightProblem(f"{job.target.name}: cannot check GPUs {list(pf.gpus)}: {why}", [], job)
+        findings = check_idle(
+            probe.gpus,
+            pf.gpus,
+            max_memory_mib=pf.max_memory_used_mib,
+            max_util_pct=pf.max_utilization_pct,
+            allow_processes=pf.allow_processes,
+        )
+        bad = [f for f in findings if not f.ok]
+        if bad:
+            raise PreflightProblem(
+                f"{job.target.name}: GPU(s) {', '.join(str(f.index) for f in bad)} not idle",
+                findings,
+                job,
+                hint="wait for the other job to finish, or adjust preflight thresholds in the playbook",
+            )
+    yield Event(
+        "preflight_ok",
+        job.target.name,
+        data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi},
+    )
+

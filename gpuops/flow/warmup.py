@@ -1,0 +1,116 @@
+"""Warmup: one GPU after another; the next starts only when the last exited 0 and its memory drained."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from gpuops.command import bash
+from gpuops.errors import WarmupFailed
+from gpuops.flow.events import Event
+from gpuops.flow.job import Job
+from gpuops.flow.scripts import gpu_memory_script, kill_marked_script, warmup_script
+
+TAIL_LINES = 30
+
+
+class WarmupError(WarmupFailed):
+    """A GPU's warmup failed; carries the output tail."""
+
+    def __init__(self, message: str, gpu: int, tail: list[str]) -> None:
+        super().__init__(message, hint="fix the warmup command (it runs before training; training was not started)")
+        self.gpu = gpu
+        self.tail = tail
+        self.timed_out_by_deadline = False
+
+
+def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iterator[Event]:
+    """Yield warmup events; raise WarmupError on a failure (after killing the warmup's processes)."""
+    warmup = job.playbook.warmup
+    if warmup is None:
+        return
+    durations: dict[int, float] = {}
+    for gpu in warmup.gpus:
+        started = time.monotonic()
+        yield Event("warmup_start", job.target.name, run_id, {"gpu": gpu})
+        tail: list[str] = []
+        budget = warmup.timeout if deadline is None else min(warmup.timeout, max(0.0, deadline - started))
+        try:
+            yield from _run_one(job, run_id, gpu, budget, tail)
+        except WarmupError as exc:
+            exc.timed_out_by_deadline = budget < warmup.timeout and "timed out" in str(exc)
+            raise
+        yield from _drain(job, run_id, gpu, warmup.drain_timeout, tail)
+        durations[gpu] = round(time.monotonic() - started, 3)
+        yield Event("warmup_done", job.target.name, run_id, {"gpu": gpu, "seconds": durations[gpu]})
+
+
+def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
+    stream = job.transport.open(bash(warmup_script(job.playbook, run_id, gpu, local=job.local)))
+    deadline = time.monotonic() + timeout
+    pending = b""
+    code: int | None = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            chunk = stream.read(min(left, 1.0))
+            if chunk is None:
+                continue
+            if chunk == b"":
+                code = stream.wait(min(max(left, 0.1), 30.0))
+                break
+            pending += chunk
+            *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+            for raw in lines:
+                line = job.mask(raw.decode("utf-8", "replace"))
+                tail.append(line)
+                del tail[:-TAIL_LINES]
+                yield Event("warmup_output", job.target.name, run_id, {"gpu": gpu, "line": line})
+        if pending:
+            tail.append(job.mask(pending.decode("utf-8", "replace")))
+    finally:
+        stream.close()
+    if code == 0:
+        return
+    _kill(job, run_id, gpu)
+    if code is None:
+        raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
+    raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
+
+
+def _kill(job: Job, run_id: str, gpu: int) -> None:
+    """Kill the warmup's whole process tree, found by its environment marker."""
+    job.run(bash(kill_marked_script(f"GPUOPS_PHASE=warmup-{gpu}")), timeout=max(job.timeout, 20.0))
+
+
+def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
+    """Wait until the GPU's memory is back under the preflight threshold."""
+    limit = job.playbook.preflight.max_memory_used_mib
+    deadline = time.monotonic() + drain_timeout
+    used: int | None = None
+    announced = False
+    while True:
+        result = job.run(bash(gpu_memory_script((gpu,))))
+        if result.exit_code != 0:
+            if "not found" in result.err or result.exit_code == 127:
+                return  # no nvidia-smi on this target (the local demo): nothing to drain
+            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {result.err.strip()}", gpu, tail)
+        for line in result.out.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[0] == str(gpu):
+                used = int(parts[1])
+        if used is None or used <= limit:
+            return
+        if time.monotonic() >= deadline:
+            _kill(job, run_id, gpu)
+            raise WarmupError(
+                f"{job.target.name}: GPU {gpu} memory did not drain after its warmup ({used} MiB > {limit} MiB after {drain_timeout:g}s)",
+                gpu,
+                tail,
+            )
+        if not announced:
+            announced = True
+            yield Event("warmup_draining", job.target.name, run_id, {"gpu": gpu, "memory_used_mib": used})
+        time.sleep(0.25)
