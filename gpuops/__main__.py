@@ -1,0 +1,3 @@
+from gpuops.cli.main import main
+
+main()

@@ -1,0 +1,111 @@
+"""Shared CLI pieces: common options, loading files and targets, and the one error boundary."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any, Callable
+
+import click
+
+from gpuops.errors import ExitCode
+
+inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, help="Inventory file (env GPUOPS_INVENTORY).")
+playbook_option = click.option("-p", "--playbook", envvar="GPUOPS_PLAYBOOK", type=str, help="Playbook file (env GPUOPS_PLAYBOOK).")
+json_option = click.option("--json", "as_json", is_flag=True, help="JSON Lines on stdout, nothing else there.")
+verbose_option = click.option("-v", "--verbose", is_flag=True, help="Say more.")
+
+
+def target_option(multiple: bool = False) -> Callable[[Any], Any]:
+    return click.option(
+        "-t", "--target", "targets" if multiple else "target", multiple=multiple, envvar="GPUOPS_TARGET",
+        help="Target name from the inventory (env GPUOPS_TARGET)" + (", repeatable." if multiple else "."),
+    )
+
+
+def require(path: str | None, what: str, env: str) -> str:
+    from gpuops.errors import UsageError
+
+    if not path:
+        raise UsageError(f"no {what} given: pass --{what} PATH or set {env}")
+    return path
+
+
+def load_job(inventory: str | None, playbook: str | None, target: str | None, *, dry: bool = False) -> Any:
+    """Inventory + playbook + target -> a Job with its transport (not connected)."""
+    from gpuops.config import load_inventory, load_playbook, resolve_target
+    from gpuops.flow.job import Job
+    from gpuops.transport import Pool, dry_transport
+
+    inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
+    pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"))
+    tgt = resolve_target(inv, pb, target)
+    transport = dry_transport(inv, tgt) if dry else Pool(inv).target(tgt)
+    return Job(inv, pb, tgt, transport)
+
+
+def crash_report() -> str:
+    """Write the current exception's traceback to a file; return its path."""
+    folder = os.path.join(tempfile.gettempdir(), "gpuops-crash")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
+    with open(path, "w") as fh:
+        fh.write(f"gpuops {' '.join(sys.argv[1:])}\n\n")
+        traceback.print_exc(file=fh)
+    return path
+
+
+def boundary(fn: Callable[..., int]) -> Callable[..., None]:
+    """Run a command; map every error to one message and its exit code (the only place that does)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        from gpuops.errors import GpuopsError
+
+        as_json = kwargs.get("as_json", False)
+        try:
+            code = fn(*args, **kwargs)
+        except GpuopsError as exc:
+            code = exc.exit_code
+            _report(as_json, code, "error", str(exc), getattr(exc, "hint", None), exc)
+        except KeyboardInterrupt:
+            code = ExitCode.INTERRUPTED
+            _report(as_json, code, "interrupted", "interrupted", None, None)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except Exception as exc:  # the boundary: anything unexpected is a bug, reported with a file
+            path = crash_report()
+            code = ExitCode.INTERNAL
+            _report(as_json, code, "internal-error", f"internal error: {type(exc).__name__}: {exc}",
+                    f"the traceback is in {path}; please report it", None)
+        sys.exit(code)
+
+    return wrapper
+
+
+def _report(as_json: bool, code: int, outcome: str, message: str, hint: str | None, exc: Any) -> None:
+    if as_json:
+        from gpuops.cli.render import JsonRenderer
+        from gpuops.flow.events import Outcome
+
+        data: dict[str, Any] = {"error": message}
+        if hint:
+            data["hint"] = hint
+        findings = getattr(exc, "findings", None)
+        if findings:
+            data["gpus"] = [f.__dict__ for f in findings]
+            data["thresholds"] = exc.thresholds
+        if getattr(exc, "tail", None):
+            data["gpu"] = exc.gpu
+            data["output_tail"] = exc.tail
+        JsonRenderer().outcome(Outcome(outcome, code, message, data), getattr(exc, "target", None))
+        return
+    from gpuops.cli.errors_view import show_error
+
+    show_error(message, hint, exc)

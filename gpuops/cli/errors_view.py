@@ -1,0 +1,37 @@
+"""How an error looks to a person: one message, a hint, and what was measured when there is a table."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def show_error(message: str, hint: str | None, exc: Any) -> None:
+    err = sys.stderr
+    err.write(f"gpuops: error: {message}\n")
+    findings = getattr(exc, "findings", None)
+    if findings:
+        err.write(_findings_table(findings, exc.thresholds))
+    tail = getattr(exc, "tail", None)
+    if tail:
+        err.write(f"last {len(tail)} lines of the warmup on GPU {exc.gpu}:\n")
+        err.write("".join(f"    | {line}\n" for line in tail))
+    if hint:
+        err.write(f"hint: {hint}\n")
+    err.flush()
+
+
+def _findings_table(findings: list[Any], thresholds: dict[str, Any]) -> str:
+    rows = [("GPU", "memory used", f"limit", "util", "limit", "procs", "verdict")]
+    for f in findings:
+        rows.append((
+            str(f.index),
+            "?" if f.memory_used_mib is None else f"{f.memory_used_mib} MiB",
+            f"{thresholds['max_memory_used_mib']} MiB",
+            "?" if f.utilization_pct is None else f"{f.utilization_pct}%",
+            f"{thresholds['max_utilization_pct']}%",
+            f"{f.processes}" + ("" if not thresholds["allow_processes"] else " (allowed)"),
+            "ok" if f.ok else "BUSY: " + "; ".join(f.problems),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)

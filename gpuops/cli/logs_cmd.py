@@ -1,0 +1,62 @@
+"""`gpuops logs` and `gpuops stop`: find the current run from the target's run directory."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuops.cli.common import load_job
+from gpuops.cli.drive import drive, renderer
+from gpuops.command import bash
+from gpuops.errors import ExitCode, NoRun
+from gpuops.flow.events import Event, Outcome
+
+
+def current_run(job: Any) -> Any:
+    from gpuops.probe import parse_probe, probe_script
+
+    result = job.run(bash(probe_script((job.session,))))
+    if result.exit_code != 0:
+        from gpuops.transport.pct import PctTransport
+
+        if isinstance(job.transport, PctTransport):
+            job.transport.raise_for_container(result.err)
+    state = parse_probe(result.out).sessions.get(job.session)
+    if state is None or state.run is None:
+        raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops", hint="start one with `gpuops launch`")
+    return state.run
+
+
+def run_logs(inventory: str | None, playbook: str | None, target: str | None, *, follow: bool, tail: int | None,
+             no_abort: bool, timeout: float | None, as_json: bool, verbose: bool) -> int:
+    from gpuops.flow.watch import watch
+
+    job = load_job(inventory, playbook, target)
+    render = renderer(as_json, verbose)
+    state: dict[str, Any] = {"started": True}
+    try:
+        info = current_run(job)
+        deadline = time.monotonic() + timeout if (timeout and follow) else None
+        events = watch(job, info.run_id, tail=-1 if tail is None else tail, abort_on_match=follow and not no_abort,
+                       deadline=deadline, once=not follow)
+        if follow:
+            render.event(Event("following", job.target.name, info.run_id, {"state": info.state}))
+        return drive(events, render, job.target.name, state)
+    except KeyboardInterrupt:
+        how = f"gpuops logs -f -i {inventory} -p {playbook} -t {job.target.name}"
+        render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED,
+                               f"stopped following; the run is still alive in tmux session '{job.session}'. Reattach with: {how}",
+                               {"run": state.get("run"), "run_alive": True}), job.target.name)
+        return ExitCode.INTERRUPTED
+    finally:
+        job.transport.close()
+
+
+def run_stop(inventory: str | None, playbook: str | None, target: str | None, *, as_json: bool, verbose: bool) -> int:
+    from gpuops.flow.launch import stop
+
+    job = load_job(inventory, playbook, target)
+    try:
+        return drive(stop(job), renderer(as_json, verbose), job.target.name, {})
+    finally:
+        job.transport.close()

@@ -1,0 +1,101 @@
+"""The `gpuops` command: a thin click layer; each command imports the core only when it runs."""
+
+from __future__ import annotations
+
+import click
+
+from gpuops import __version__
+from gpuops.cli.common import (
+    boundary, inventory_option, json_option, playbook_option, target_option, verbose_option,
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gpuops")
+def main() -> None:
+    """Run GPU training jobs in Proxmox LXC containers over SSH, and stop them the moment they go wrong.
+
+    Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
+    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C.
+    """
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option()
+@click.option("--detach", is_flag=True, help="Return once the run is started (exit 0).")
+@click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Stop the run after SECONDS and exit 124.")
+@json_option
+@verbose_option
+@boundary
+def launch(inventory, playbook, target, detach, dry_run, yes, timeout, as_json, verbose) -> int:
+    """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
+    from gpuops.cli.launch_cmd import run_launch
+
+    return run_launch(inventory, playbook, target, detach=detach, dry_run=dry_run, yes=yes, timeout=timeout,
+                      as_json=as_json, verbose=verbose)
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option(multiple=True)
+@click.option("--watch", "watch_every", type=float, is_flag=False, flag_value=2.0, default=None,
+              help="Refresh in place every N seconds (default 2).")
+@json_option
+@verbose_option
+@boundary
+def status(inventory, playbook, targets, watch_every, as_json, verbose) -> int:
+    """Reachability, container state, GPUs, tmux session and current run of each target."""
+    from gpuops.cli.status_cmd import run_status
+
+    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json)
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option()
+@click.option("-f", "--follow", is_flag=True, help="Stream the log live and apply the watch rules.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
+@click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="With --follow: stop the run after SECONDS, exit 124.")
+@json_option
+@verbose_option
+@boundary
+def logs(inventory, playbook, target, follow, tail, no_abort, timeout, as_json, verbose) -> int:
+    """Print the current run's log as it is; --follow streams it and watches it."""
+    from gpuops.cli.logs_cmd import run_logs
+
+    return run_logs(inventory, playbook, target, follow=follow, tail=tail, no_abort=no_abort, timeout=timeout,
+                    as_json=as_json, verbose=verbose)
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option()
+@json_option
+@verbose_option
+@boundary
+def stop(inventory, playbook, target, as_json, verbose) -> int:
+    """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
+    from gpuops.cli.logs_cmd import run_stop
+
+    return run_stop(inventory, playbook, target, as_json=as_json, verbose=verbose)
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option()
+@json_option
+@boundary
+def validate(inventory, playbook, target, as_json) -> int:
+    """Check inventory and playbook files; exit 2 with FILE:LINE:COL on a bad one."""
+    from gpuops.cli.validate_cmd import run_validate
+
+    return run_validate(inventory, playbook, target, as_json=as_json)

@@ -1,0 +1,160 @@
+"""Renderers of core events: plain text or rich on a terminal, JSON lines with --json."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from gpuops.flow.events import Event, Outcome
+
+
+def iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonRenderer:
+    """One JSON object per line on stdout, nothing else there; log bytes become `log` lines."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self._partial: dict[tuple[str, str | None], bytes] = {}
+        self.target = ""
+        self.run: str | None = None
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        self.out.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+        self.out.flush()
+
+    def event(self, ev: Event) -> None:
+        self.target, self.run = ev.target, ev.run or self.run
+        base = {"ts": iso(ev.ts), "event": ev.kind, "target": ev.target}
+        if ev.run:
+            base["run"] = ev.run
+        if ev.kind == "log":
+            key = (ev.target, ev.run)
+            data = self._partial.pop(key, b"") + ev.get("bytes", b"")
+            *lines, rest = data.split(b"\n")
+            if len(rest) > 65536:
+                lines.append(rest)
+                rest = b""
+            if rest:
+                self._partial[key] = rest
+            for line in lines:
+                self.emit({**base, "line": line.decode("utf-8", "replace").rstrip("\r")})
+            return
+        data = {k: v for k, v in ev.data.items() if not isinstance(v, bytes)}
+        self.emit({**base, **data})
+
+    def outcome(self, out: Outcome, target: str | None = None) -> None:
+        for (tgt, run), rest in list(self._partial.items()):
+            self.emit({"ts": iso(time.time()), "event": "log", "target": tgt, "run": run, "line": rest.decode("utf-8", "replace")})
+        self._partial.clear()
+        obj: dict[str, Any] = {"ts": iso(time.time()), "event": "summary", "target": target or self.target}
+        run = out.data.get("run") or self.run
+        if run:
+            obj["run"] = run
+        obj.update({"outcome": out.outcome, "exit_code": out.exit_code, "message": out.message})
+        obj.update({k: v for k, v in out.data.items() if k != "run"})
+        self.emit(obj)
+
+
+class TextRenderer:
+    """Human output: log bytes as they are on stdout, gpuops' own words on stderr."""
+
+    def __init__(self, *, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self.err = sys.stderr
+        self.tty = sys.stderr.isatty()
+        self._progress: Any = None
+
+    def say(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+            return
+        self.err.write(text + "\n")
+        self.err.flush()
+
+    def event(self, ev: Event) -> None:
+        k = ev.kind
+        tag = f"[{ev.target}]"
+        if k == "log":
+            sys.stdout.buffer.write(ev.get("bytes", b""))
+            sys.stdout.buffer.flush()
+        elif k == "preflight_ok":
+            gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB {g['utilization_pct']}%" for g in ev.get("gpus", []))
+            self.say(f"{tag} preflight ok" + (f" (GPU {gpus})" if gpus else ""))
+        elif k == "lock_recovered":
+            self.say(f"{tag} recovered the launch lock left by a launcher that died: {ev.get('holder')}")
+        elif k == "run_created":
+            self.say(f"{tag} run {ev.run}")
+        elif k.startswith("warmup"):
+            self._warmup(ev)
+        elif k == "started":
+            self._stop_progress()
+            self.say(f"{tag} started run {ev.run} in tmux session '{ev.get('session')}' (log {ev.get('log')})")
+        elif k == "match":
+            self.say(f"{tag} {ev.get('action').upper()}: rule '{ev.get('rule')}' matched at log line {ev.get('line_number')}: {ev.get('line')}")
+            if ev.get("action") == "abort":
+                self.say("\n".join("    | " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
+        elif k == "stall":
+            self.say(f"{tag} STALL: no log output for {ev.get('seconds')}s (stall_timeout {ev.get('stall_timeout')}s)")
+        elif k == "abort_start":
+            self.say(f"{tag} aborting run {ev.run} ({ev.get('reason')}): signal, grace, kill session, reap processes")
+        elif k == "aborted":
+            gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB" for g in ev.get("gpus", []))
+            self.say(f"{tag} run {ev.run} stopped in {ev.get('seconds')}s; session gone" + (f"; GPUs {gpus}" if gpus else "")
+                     + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else ""))
+        elif k == "reconnecting":
+            self.say(f"{tag} connection lost ({ev.get('error')}); reconnecting (attempt {ev.get('attempt')})")
+        elif k == "reconnected":
+            self.say(f"{tag} reconnected; resuming at byte {ev.get('offset')}")
+        elif k == "survivors":
+            self.say(f"{tag} killed leftover processes of the run: {ev.get('pids')}")
+        elif k == "timeout":
+            self.say(f"{tag} --timeout ran out; stopping run {ev.run}")
+        elif self.verbose:
+            self.say(f"{tag} {k} {ev.data}")
+
+    def _warmup(self, ev: Event) -> None:
+        gpu = ev.get("gpu")
+        if not self.tty:
+            if ev.kind == "warmup_output":
+                self.say(f"[{ev.target} warmup gpu{gpu}] {ev.get('line')}")
+            elif ev.kind == "warmup_start":
+                self.say(f"[{ev.target}] warmup on GPU {gpu}")
+            elif ev.kind == "warmup_done":
+                self.say(f"[{ev.target}] warmup on GPU {gpu} done in {ev.get('seconds')}s")
+            elif ev.kind == "warmup_draining":
+                self.say(f"[{ev.target}] waiting for GPU {gpu} memory to drain ({ev.get('memory_used_mib')} MiB)")
+            return
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        if self._progress is None:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[last]}"), console=None, transient=False)
+            self._progress.start()
+            self._tasks: dict[int, Any] = {}
+        p = self._progress
+        if ev.kind == "warmup_start":
+            self._tasks[gpu] = p.add_task(f"warmup GPU {gpu}", total=None, last="")
+        elif ev.kind == "warmup_output" and gpu in self._tasks:
+            p.update(self._tasks[gpu], last=str(ev.get("line"))[-80:])
+        elif ev.kind == "warmup_draining" and gpu in self._tasks:
+            p.update(self._tasks[gpu], last=f"draining ({ev.get('memory_used_mib')} MiB)")
+        elif ev.kind == "warmup_done" and gpu in self._tasks:
+            p.update(self._tasks[gpu], total=1, completed=1, last=f"done in {ev.get('seconds')}s")
+            p.stop_task(self._tasks[gpu])
+
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def outcome(self, out: Outcome, target: str | None = None) -> None:
+        self._stop_progress()
+        if out.message:
+            prefix = "gpuops: " if out.exit_code == 0 else f"gpuops: {out.outcome.upper()} (exit {out.exit_code}): "
+            self.say(prefix + out.message)

@@ -1,0 +1,150 @@
+"""`gpuops status`: one row block per target; rich on a terminal, plain when piped, JSON with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from gpuops.errors import ExitCode, UsageError
+
+
+def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]) -> tuple[Any, Any, list[Any]]:
+    from gpuops.cli.common import require
+    from gpuops.config import load_inventory, load_playbook, resolve_target
+
+    inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
+    pb = load_playbook(playbook) if playbook else None
+    if names:
+        targets = [resolve_target(inv, None, n) for n in names]
+    elif pb is not None and pb.target:
+        targets = [resolve_target(inv, pb, None)]
+    else:
+        targets = list(inv.targets.values())
+    if not targets:
+        raise UsageError(f"{inventory}: no targets defined")
+    return inv, pb, targets
+
+
+def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
+               as_json: bool) -> int:
+    from gpuops.status import gather
+    from gpuops.transport import Pool
+
+    inv, pb, targets = _targets(inventory, playbook, names)
+    sessions = (pb.launch.session,) if pb else None
+    pool = Pool(inv)
+    try:
+        if watch_every and not as_json:
+            return _watch(pool, inv, targets, sessions, watch_every)
+        while True:
+            results = gather(pool, inv, targets, sessions)
+            _print(results, as_json)
+            if not watch_every:
+                return _code(results)
+            time.sleep(watch_every)
+    finally:
+        pool.close()
+
+
+def _code(results: list[Any]) -> int:
+    codes = [r.error_code for r in results if r.error_code is not None]
+    if not codes:
+        return ExitCode.OK
+    return ExitCode.CONNECT if ExitCode.CONNECT in codes or len(set(codes)) > 1 else codes[0]
+
+
+def _print(results: list[Any], as_json: bool) -> None:
+    if as_json:
+        from gpuops.cli.render import iso
+
+        for r in results:
+            sys.stdout.write(json.dumps({"ts": iso(time.time()), "event": "status", **r.as_json()}, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(_rich(results))
+        return
+    sys.stdout.write("".join(line + "\n" for r in results for line in plain_lines(r)))
+    sys.stdout.flush()
+
+
+def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
+    from rich.live import Live
+
+    from gpuops.status import gather
+
+    results = gather(pool, inv, targets, sessions)
+    with Live(_rich(results), refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(every)
+            results = gather(pool, inv, targets, sessions)
+            live.update(_rich(results))
+
+
+def plain_lines(r: Any) -> list[str]:
+    """Every line prefixed by its target, so output from many targets stays greppable."""
+    p = f"{r.target}:"
+    if r.error:
+        return [f"{p} unreachable: {r.error}"]
+    lines = [f"{p} reachable via {r.host}" + (f", container {r.ctid} {r.container}" if r.ctid is not None else "")]
+    probe = r.probe
+    if probe is None:
+        return lines
+    if probe.smi == "absent":
+        lines.append(f"{p} no nvidia-smi on this target (no GPUs to show)")
+    elif probe.smi == "error":
+        lines.append(f"{p} nvidia-smi failed: {probe.smi_error}")
+    for g in probe.gpus:
+        procs = ", ".join(f"{x.pid}:{x.name}:{x.used_mib}MiB" for x in g.processes) or "-"
+        util = "?" if g.utilization_pct is None else f"{g.utilization_pct}%"
+        lines.append(f"{p} gpu {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB util {util} procs {procs}")
+    if not probe.tmux:
+        lines.append(f"{p} tmux is not installed")
+    for s in probe.sessions.values():
+        text = f"{p} session {s.session} {'alive' if s.alive else 'not running'}"
+        if s.locked_by:
+            text += f"; launch in progress ({s.locked_by})"
+        if s.run:
+            ago = s.run.seconds_since_log
+            text += f"; run {s.run.run_id} {s.run.state}"
+            if s.run.exit_code is not None:
+                text += f" (exit {s.run.exit_code})"
+            if ago is not None:
+                text += f"; log grew {ago:.0f}s ago"
+            rule = (s.run.abort or {}).get("rule")
+            if rule:
+                text += f"; matched {rule}"
+        lines.append(text)
+    if not probe.sessions:
+        lines.append(f"{p} no gpuops runs")
+    return lines
+
+
+def _rich(results: list[Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    parts: list[Any] = []
+    for r in results:
+        head = Table.grid(padding=(0, 1))
+        head.add_row(f"[bold]{r.target}[/]", *plain_lines(r)[0].split(":", 1)[1:])
+        parts.append(head)
+        if r.probe is None:
+            continue
+        if r.probe.gpus:
+            t = Table(show_edge=False, pad_edge=False)
+            for col in ("GPU", "memory used", "total", "util", "processes"):
+                t.add_column(col)
+            for g in r.probe.gpus:
+                t.add_row(str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
+                          "?" if g.utilization_pct is None else f"{g.utilization_pct}%",
+                          ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-")
+            parts.append(t)
+        for line in plain_lines(r)[1:]:
+            if " gpu " not in line:
+                parts.append("  " + line.split(":", 1)[1].strip())
+    return Group(*parts)

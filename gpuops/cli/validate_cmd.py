@@ -1,0 +1,32 @@
+"""`gpuops validate`: load the files, check the playbook's target exists, say what was checked."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gpuops.errors import ExitCode, UsageError
+
+
+def run_validate(inventory: str | None, playbook: str | None, target: str | None, *, as_json: bool) -> int:
+    from gpuops.config import load_inventory, load_playbook, resolve_target
+
+    if not inventory and not playbook:
+        raise UsageError("nothing to validate: pass --inventory and/or --playbook")
+    checked: list[str] = []
+    inv = pb = None
+    if inventory:
+        inv = load_inventory(inventory)
+        checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
+    if playbook:
+        pb = load_playbook(playbook)
+        checked.append(f"{playbook}: playbook '{pb.name}', session '{pb.launch.session}'")
+    if inv is not None and pb is not None and (target or pb.target):
+        tgt = resolve_target(inv, pb, target)
+        checked.append(f"target '{tgt.name}' found in {inventory}")
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "summary", "outcome": "valid", "exit_code": 0, "checked": checked}) + "\n")
+    else:
+        for line in checked:
+            sys.stderr.write(f"ok: {line}\n")
+    return ExitCode.OK
