@@ -29,8 +29,11 @@ def env_lines(playbook: Playbook, *, local: bool) -> list[Cmd]:
 
 def workdir_lines(playbook: Playbook, *, local: bool) -> list[Cmd | str]:
     """cd to the workdir: relative paths from the playbook's folder (local) or the home dir (remote)."""
-    base = os.path.dirname(playbook.path) if local else None
-    lines: list[Cmd | str] = [Cmd("cd", "--", base) if base else 'cd "$HOME"']
+    if local:
+        base = os.path.dirname(playbook.path)
+        path = os.path.normpath(os.path.join(base, os.path.expanduser(playbook.workdir or ".")))
+        return [Raw(f"{Cmd('cd', '--', path).render()} || exit 126").text]
+    lines: list[Cmd | str] = ['cd "$HOME"']
     if playbook.workdir:
         lines.append(Raw(f"{Cmd('cd', '--', playbook.workdir).render()} || exit 126").text)
     return lines
