@@ -1,0 +1,124 @@
+"""Validated configuration values: what the rest of gpuops reads, never raw YAML."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from gpuops.errors import Mark
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A machine gpuops reaches: this one (local) or an SSH host."""
+
+    name: str
+    transport: Literal["ssh", "local"] = "ssh"
+    address: str | None = None  # None: the host's name, resolved through ~/.ssh/config
+    user: str | None = None  # None: ~/.ssh/config, else the local user
+    port: int | None = None  # None: ~/.ssh/config, else 22
+    identity_file: str | None = None  # None: ssh-agent and ~/.ssh/config
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key_policy: Literal["strict", "accept-new"] = "strict"
+    jump: str | None = None  # another host of the same inventory (ProxyJump)
+    connect_timeout: float = 10.0  # seconds for TCP connect, banner and auth, each
+    command_timeout: float = 60.0  # seconds for one short remote command
+    mark: Mark | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where commands run: a host, or an LXC container on it when ctid is set."""
+
+    name: str
+    host: str
+    ctid: int | None = None
+    gpus: tuple[int, ...] = ()
+    mark: Mark | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Hosts and targets of one inventory file."""
+
+    path: str
+    hosts: Mapping[str, Host]
+    targets: Mapping[str, Target]
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One exported variable; a secret one is shown as *** everywhere."""
+
+    name: str
+    value: str
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class Preflight:
+    gpus: tuple[int, ...] = ()
+    max_memory_used_mib: int = 500
+    max_utilization_pct: int = 10
+    allow_processes: bool = False
+
+
+@dataclass(frozen=True)
+class Warmup:
+    gpus: tuple[int, ...]
+    command: str
+    timeout: float = 1200.0  # seconds, per GPU
+    drain_timeout: float = 120.0  # seconds for a GPU's memory to drain after its warmup
+
+
+@dataclass(frozen=True)
+class Launch:
+    session: str
+    command: str
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A playbook watch rule: a Python regular expression searched in each log line."""
+
+    name: str
+    pattern: str
+    action: Literal["abort", "warn"] = "abort"
+
+
+@dataclass(frozen=True)
+class Watch:
+    builtin: bool = True
+    rules: tuple[RuleSpec, ...] = ()
+    stall_timeout: float = 900.0  # 0 = off
+
+
+@dataclass(frozen=True)
+class Abort:
+    signal: str = "INT"  # a signal name without SIG
+    grace: float = 30.0
+
+
+@dataclass(frozen=True)
+class Playbook:
+    """One training job: what to check, warm up, start and watch."""
+
+    path: str
+    name: str
+    launch: Launch
+    target: str | None = None
+    workdir: str | None = None
+    env: tuple[EnvVar, ...] = ()
+    preflight: Preflight = field(default_factory=Preflight)
+    warmup: Warmup | None = None
+    watch: Watch = field(default_factory=Watch)
+    abort: Abort = field(default_factory=Abort)
+    target_mark: Mark | None = None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never be shown."""
+        return tuple(v.value for v in self.env if v.secret and v.value)
