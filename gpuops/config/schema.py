@@ -1,0 +1,195 @@
+"""Typed readers over YAML nodes: each returns a plain value or raises ConfigError at the node."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable, Sequence as Seq
+
+from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence, describe
+from gpuops.errors import ConfigError, Mark
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+NAME_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """'; did you mean 'x'?' for the closest choice, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def is_null(node: Node) -> bool:
+    return isinstance(node, Scalar) and node.kind == "null"
+
+
+def entries(node: Node, what: str, _seen: frozenset[int] = frozenset()) -> list[tuple[Scalar, Node]]:
+    """The key/value pairs of a mapping, merge keys (<<) applied, a key given twice refused."""
+    if not isinstance(node, Mapping):
+        raise ConfigError(node.mark, f"expected a mapping for {what}, got {describe(node)}")
+    seen = _seen | {id(node)}
+    explicit: dict[str, Scalar] = {}
+    inherited: dict[str, tuple[Scalar, Node]] = {}
+    own: list[tuple[Scalar, Node]] = []
+    for key, value in node.pairs:
+        if _is_merge(key):
+            for source in value.items if isinstance(value, Sequence) else [value]:
+                if not isinstance(source, Mapping):
+                    raise ConfigError(source.mark, f"expected a mapping to merge with '<<', got {describe(source)}")
+                if id(source) in seen:
+                    raise ConfigError(source.mark, "a mapping cannot merge itself with '<<'")
+                for k, v in entries(source, what, seen):
+                    inherited.setdefault(k.text, (k, v))
+            continue
+        if not isinstance(key, Scalar):
+            raise ConfigError(key.mark, f"expected a plain key in {what}, got {describe(key)}")
+        first = explicit.get(key.text)
+        if first is not None:
+            raise ConfigError(
+                key.mark,
+                f"duplicate key '{key.text}' in {what} (first given at line {first.mark.line}, "
+                f"column {first.mark.column})",
+            )
+        explicit[key.text] = key
+        own.append((key, value))
+    return [pair for text, pair in inherited.items() if text not in explicit] + own
+
+
+def _is_merge(key: Node) -> bool:
+    return isinstance(key, Scalar) and key.style is None and key.text == "<<"
+
+
+class Section:
+    """A mapping with a fixed set of keys: an unknown key is refused with the allowed ones listed."""
+
+    def __init__(self, node: Node, where: str, keys: Seq[str]) -> None:
+        allowed = ", ".join(sorted(keys))
+        if not isinstance(node, Mapping):
+            raise ConfigError(node.mark, f"expected a mapping for {where} (keys: {allowed}), got {describe(node)}")
+        self.mark = node.mark
+        self.where = where
+        self._keys: dict[str, Scalar] = {}
+        self._values: dict[str, Node] = {}
+        for key, value in entries(node, where):
+            if key.text not in keys:
+                raise ConfigError(
+                    key.mark,
+                    f"unknown key '{key.text}' in {where} (expected one of: {allowed}){suggest(key.text, keys)}",
+                )
+            self._keys[key.text] = key
+            self._values[key.text] = value
+
+    def get(self, key: str) -> Node | None:
+        """The value node, or None when the key is absent or null (its default applies)."""
+        node = self._values.get(key)
+        return None if node is None or is_null(node) else node
+
+    def given(self, key: str) -> bool:
+        return key in self._values
+
+    def key_mark(self, key: str) -> Mark:
+        return self._keys[key].mark
+
+    def require(self, key: str, what: str) -> Node:
+        node = self._values.get(key)
+        if node is None:
+            raise ConfigError(self.mark, f"missing key '{key}' in {self.where} ({what})")
+        if is_null(node):
+            raise ConfigError(node.mark, f"'{key}' in {self.where} has no value (expected {what})")
+        return node
+
+
+def text(node: Node, what: str = "a string") -> str:
+    """A string; plain numbers count as written ("1e-4" stays "1e-4"); booleans and null do not."""
+    if not isinstance(node, Scalar) or node.kind in ("null", "bool"):
+        hint = " (quote it to use it as text)" if isinstance(node, Scalar) and node.kind == "bool" else ""
+        raise ConfigError(node.mark, f"expected {what}, got {describe(node)}{hint}")
+    if "\x00" in node.text:
+        raise ConfigError(node.mark_at(node.text.index("\x00")), f"expected {what} without NUL characters")
+    return node.text
+
+
+def nonempty(node: Node, what: str) -> str:
+    value = text(node, what)
+    if not value.strip():
+        raise ConfigError(node.mark, f"expected {what}, got an empty string")
+    return value
+
+
+def name(node: Node, what: str) -> str:
+    """A host, target, rule or playbook name."""
+    if isinstance(node, Scalar) and node.kind not in ("null",) and NAME.match(node.text):
+        return node.text
+    raise ConfigError(node.mark, f"expected {what} ({NAME_RULE}), got {describe(node)}")
+
+
+def _quoted_number_hint(node: Node) -> str:
+    if isinstance(node, Scalar) and node.style is not None and (node.text.strip() and _looks_numeric(node.text)):
+        return " (a quoted string: remove the quotes)"
+    return ""
+
+
+def _looks_numeric(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def integer(node: Node, low: int, high: int | None = None, what: str = "an integer") -> int:
+    """An integer within [low, high]; the message states the range."""
+    bounds = f"{low}..{high}" if high is not None else f">= {low}"
+    if isinstance(node, Scalar) and node.kind == "int" and len(node.text) <= 20:
+        value = int(node.text)
+        if value >= low and (high is None or value <= high):
+            return value
+    raise ConfigError(node.mark, f"expected {what} {bounds}, got {describe(node)}{_quoted_number_hint(node)}")
+
+
+def seconds(node: Node, *, zero_ok: bool) -> float:
+    """A finite number of seconds, > 0 (or >= 0 where 0 means off)."""
+    bound = ">= 0" if zero_ok else "> 0"
+    if isinstance(node, Scalar) and node.kind in ("int", "float"):
+        value = float(node.text) if len(node.text) <= 40 else math.inf
+        if math.isfinite(value) and (value > 0 or (zero_ok and value == 0)):
+            return value
+    raise ConfigError(
+        node.mark, f"expected a number of seconds {bound}, got {describe(node)}{_quoted_number_hint(node)}"
+    )
+
+
+def boolean(node: Node) -> bool:
+    """true or false, nothing else: 'yes', 'on' and 1 are refused."""
+    if isinstance(node, Scalar) and node.kind == "bool":
+        return node.text.lower() == "true"
+    raise ConfigError(node.mark, f"expected true or false, got {describe(node)}")
+
+
+def choice(node: Node, options: Seq[str], what: str) -> str:
+    if isinstance(node, Scalar) and node.kind == "str" and node.text in options:
+        return node.text
+    listed = " | ".join(options)
+    got = describe(node)
+    hint = suggest(node.text, options) if isinstance(node, Scalar) else ""
+    raise ConfigError(node.mark, f"expected {what}: {listed}, got {got}{hint}")
+
+
+def items(node: Node, what: str) -> list[Node]:
+    if not isinstance(node, Sequence):
+        raise ConfigError(node.mark, f"expected a list of {what}, got {describe(node)}")
+    return node.items
+
+
+def gpu_list(node: Node) -> tuple[int, ...]:
+    """Distinct GPU indexes, in the order given."""
+    gpus: list[int] = []
+    for item in items(node, "GPU indexes (e.g. [0, 1])"):
+        gpu = integer(item, 0, what="a GPU index: an integer")
+        if gpu in gpus:
+            raise ConfigError(item.mark, f"GPU {gpu} is listed twice")
+        gpus.append(gpu)
+    return tuple(gpus)
