@@ -64,6 +64,7 @@ class Preflight:
     max_memory_used_mib: int = 500
     max_utilization_pct: int = 10
     allow_processes: bool = False
+    gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Warmup:
     command: str
     timeout: float = 1200.0  # seconds, per GPU
     drain_timeout: float = 120.0  # seconds for a GPU's memory to drain after its warmup
+    gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
 
 
 @dataclass(frozen=True)

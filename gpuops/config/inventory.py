@@ -1,0 +1,185 @@
+"""Inventory files: hosts and the targets on them, validated with file:line:col errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from gpuops.config import schema as s
+from gpuops.config.model import Host, Inventory, Target
+from gpuops.config.yamlpos import Node, load
+from gpuops.errors import ConfigError, Mark, UsageError
+
+if TYPE_CHECKING:
+    from gpuops.config.model import Playbook
+
+INVENTORY_KEYS = ("hosts", "targets")
+SSH_KEYS = (
+    "address",
+    "user",
+    "port",
+    "identity_file",
+    "known_hosts",
+    "host_key_policy",
+    "jump",
+    "connect_timeout",
+)
+HOST_KEYS = ("transport", *SSH_KEYS, "command_timeout")
+TARGET_KEYS = ("host", "ctid", "gpus")
+CTID_MIN, CTID_MAX = 100, 999_999_999  # what Proxmox accepts as a container id
+
+# An address or user name goes into ssh's argv and config: no spaces, no leading '-'.
+_ADDRESS = re.compile(r"[^\s@/\\'\"`$;|&<>()-][^\s@/\\'\"`$;|&<>()]*\Z")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read and validate an inventory file."""
+    root = load(path)
+    if root is None:
+        raise ConfigError(Mark(path, 1, 1), "the file is empty; expected an inventory with keys: hosts, targets")
+    top = s.Section(root, "the inventory", INVENTORY_KEYS)
+    hosts: dict[str, Host] = {}
+    jump_marks: dict[str, Mark] = {}
+    hosts_node = top.get("hosts")
+    if hosts_node is not None:
+        for key, value in s.entries(hosts_node, "hosts"):
+            host_name = s.name(key, "a host name")
+            hosts[host_name] = _host(host_name, key.mark, value, jump_marks)
+    _check_jumps(hosts, jump_marks)
+    targets: dict[str, Target] = {}
+    targets_node = top.get("targets")
+    if targets_node is not None:
+        for key, value in s.entries(targets_node, "targets"):
+            target_name = s.name(key, "a target name")
+            targets[target_name] = _target(target_name, key.mark, value, hosts)
+    return Inventory(
+        path=os.path.abspath(path), hosts=MappingProxyType(hosts), targets=MappingProxyType(targets)
+    )
+
+
+def _host(name: str, mark: Mark, node: Node, jump_marks: dict[str, Mark]) -> Host:
+    sec = s.Section(node, f"host '{name}'", HOST_KEYS)
+    transport_node = sec.get("transport")
+    transport = s.choice(transport_node, ("ssh", "local"), "transport") if transport_node else "ssh"
+    fields: dict[str, object] = {}
+    if transport == "local":
+        for key in SSH_KEYS:
+            if sec.given(key):
+                raise ConfigError(
+                    sec.key_mark(key),
+                    f"'{key}' does not apply to host '{name}' (transport: local takes no ssh settings)",
+                )
+    if (n := sec.get("address")) is not None:
+        fields["address"] = _matching(n, _ADDRESS, "a host name or IP address")
+    if (n := sec.get("user")) is not None:
+        fields["user"] = _matching(n, _USER, "a user name")
+    if (n := sec.get("port")) is not None:
+        fields["port"] = s.integer(n, 1, 65535, "a port number: an integer")
+    if (n := sec.get("identity_file")) is not None:
+        fields["identity_file"] = s.nonempty(n, "a path to a private key")
+    if (n := sec.get("known_hosts")) is not None:
+        fields["known_hosts"] = s.nonempty(n, "a path to a known_hosts file")
+    if (n := sec.get("host_key_policy")) is not None:
+        fields["host_key_policy"] = s.choice(n, ("strict", "accept-new"), "a host key policy")
+    if (n := sec.get("jump")) is not None:
+        fields["jump"] = s.name(n, "a host name")
+        jump_marks[name] = n.mark
+    for key in ("connect_timeout", "command_timeout"):
+        if (n := sec.get(key)) is not None:
+            fields[key] = s.seconds(n, zero_ok=False)
+    return Host(name=name, transport=transport, mark=mark, **fields)  # type: ignore[arg-type]
+
+
+def _matching(node: Node, pattern: re.Pattern[str], what: str) -> str:
+    value = s.text(node, what)
+    if not pattern.match(value):
+        raise ConfigError(node.mark, f"expected {what}, got {s.describe(node)}")
+    return value
+
+
+def _check_jumps(hosts: dict[str, Host], marks: dict[str, Mark]) -> None:
+    """Every jump names an ssh host of this file, and following jumps never comes back."""
+    for host in hosts.values():
+        if host.jump is None:
+            continue
+        target = hosts.get(host.jump)
+        if target is None:
+            raise ConfigError(
+                marks[host.name],
+                f"jump names unknown host '{host.jump}' (hosts: {', '.join(hosts)}){s.suggest(host.jump, hosts)}",
+            )
+        if target.transport == "local":
+            raise ConfigError(
+                marks[host.name], f"jump names host '{host.jump}', which is local (a jump host must use ssh)"
+            )
+    for start in hosts.values():
+        path = [start.name]
+        jump = start.jump
+        while jump is not None:
+            if jump in path:
+                cycle = path[path.index(jump) :] + [jump]
+                raise ConfigError(marks[cycle[0]], f"jump loop: {' -> '.join(cycle)}")
+            path.append(jump)
+            jump = hosts[jump].jump
+
+
+def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target:
+    sec = s.Section(node, f"target '{name}'", TARGET_KEYS)
+    host_node = sec.require("host", "the name of a host under hosts")
+    host = s.name(host_node, "a host name")
+    if host not in hosts:
+        known = ", ".join(hosts) if hosts else "none defined"
+        raise ConfigError(host_node.mark, f"unknown host '{host}' (hosts: {known}){s.suggest(host, hosts)}")
+    ctid_node = sec.get("ctid")
+    ctid = s.integer(ctid_node, CTID_MIN, CTID_MAX, "a container id: an integer") if ctid_node else None
+    gpus_node = sec.get("gpus")
+    gpus = s.gpu_list(gpus_node) if gpus_node else ()
+    return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark)
+
+
+def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | None) -> Target:
+    """The target to act on: NAME (from -t) if given, else the playbook's default target."""
+    known = ", ".join(inventory.targets) or "none"
+    if name is None:
+        if playbook is None or playbook.target is None:
+            raise UsageError(
+                f"no target given: pass -t NAME or set 'target:' in the playbook (targets in {inventory.path}: {known})"
+            )
+        target = inventory.targets.get(playbook.target)
+        if target is None:
+            raise ConfigError(
+                playbook.target_mark,
+                f"unknown target '{playbook.target}' (targets in {inventory.path}: {known})"
+                f"{s.suggest(playbook.target, inventory.targets)}",
+                file=playbook.path,
+            )
+    else:
+        target = inventory.targets.get(name)
+        if target is None:
+            raise UsageError(
+                f"unknown target '{name}' (targets in {inventory.path}: {known}){s.suggest(name, inventory.targets)}"
+            )
+    if playbook is not None:
+        _check_gpus(target, playbook)
+    return target
+
+
+def _check_gpus(target: Target, playbook: Playbook) -> None:
+    """A playbook may only use GPUs the target declares (when it declares any)."""
+    if not target.gpus:
+        return
+    for section, gpus, mark in (
+        ("preflight", playbook.preflight.gpus, playbook.preflight.gpus_mark),
+        ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup and playbook.warmup.gpus_mark),
+    ):
+        for gpu in gpus:
+            if gpu not in target.gpus:
+                raise ConfigError(
+                    mark,
+                    f"{section} uses GPU {gpu}, which target '{target.name}' does not have "
+                    f"(its gpus: {', '.join(map(str, target.gpus))})",
+                    file=playbook.path,
+                )

@@ -1,0 +1,282 @@
+"""Playbook files: one training job, validated with file:line:col errors."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping as Env
+
+from gpuops.config import schema as s
+from gpuops.config.model import (
+    SECRET_NAME,
+    Abort,
+    EnvVar,
+    Launch,
+    Playbook,
+    Preflight,
+    RuleSpec,
+    Warmup,
+    Watch,
+)
+from gpuops.config.yamlpos import Node, Scalar, load
+from gpuops.errors import ConfigError, Mark
+
+PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort")
+PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
+WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
+LAUNCH_KEYS = ("session", "command")
+WATCH_KEYS = ("builtin", "rules", "stall_timeout")
+RULE_KEYS = ("name", "pattern", "action")
+ABORT_KEYS = ("signal", "grace")
+ENV_VALUE_KEYS = ("value", "from_env", "secret")
+# Signals that stop a process by default, by their portable names.
+SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM", "PIPE")
+
+
+def load_playbook(path: str, *, environ: Env[str, str] = os.environ) -> Playbook:
+    """Read and validate a playbook; from_env values are read from environ now."""
+    root = load(path)
+    if root is None:
+        raise ConfigError(Mark(path, 1, 1), "the file is empty; expected a playbook (launch: is required)")
+    top = s.Section(root, "the playbook", PLAYBOOK_KEYS)
+    name_node = top.get("name")
+    target_node = top.get("target")
+    workdir_node = top.get("workdir")
+    return Playbook(
+        path=os.path.abspath(path),
+        name=s.name(name_node, "a playbook name") if name_node else _stem(path),
+        target=s.name(target_node, "a target name") if target_node else None,
+        target_mark=target_node.mark if target_node else None,
+        workdir=s.nonempty(workdir_node, "a directory") if workdir_node else None,
+        env=_env(top, environ),
+        preflight=_preflight(top.get("preflight")),
+        warmup=_warmup(top.get("warmup")),
+        launch=_launch(top.require("launch", "a mapping with session and command")),
+        watch=_watch(top.get("watch")),
+        abort=_abort(top.get("abort")),
+    )
+
+
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _identifier(node: Node, what: str) -> str:
+    if isinstance(node, Scalar) and s.IDENTIFIER.match(node.text):
+        return node.text
+    raise ConfigError(
+        node.mark, f"expected {what} (letters, digits and '_', not starting with a digit), got {s.describe(node)}"
+    )
+
+
+def _env(top: s.Section, environ: Env[str, str]) -> tuple[EnvVar, ...]:
+    listed: dict[str, Mark] = {}
+    secrets_node = top.get("secrets")
+    for item in s.items(secrets_node, "env variable names") if secrets_node else ():
+        var = _identifier(item, "an environment variable name")
+        if var in listed:
+            raise ConfigError(item.mark, f"'{var}' is listed twice in secrets")
+        listed[var] = item.mark
+    variables: list[EnvVar] = []
+    env_node = top.get("env")
+    for key, node in s.entries(env_node, "env") if env_node else ():
+        var = _identifier(key, "an environment variable name")
+        value, secret = _env_value(var, node, environ)
+        if secret is False and var in listed:
+            raise ConfigError(key.mark, f"env '{var}' says secret: false but is listed in secrets")
+        if secret is None:
+            secret = var in listed or SECRET_NAME.search(var) is not None
+        variables.append(EnvVar(var, value, secret))
+    names = {v.name for v in variables}
+    for var, mark in listed.items():
+        if var not in names:
+            raise ConfigError(mark, f"secrets lists '{var}', which is not set in env{s.suggest(var, names)}")
+    return tuple(variables)
+
+
+def _env_value(var: str, node: Node, environ: Env[str, str]) -> tuple[str, bool | None]:
+    """The value and the explicit secret flag (None: decided by name and the secrets list)."""
+    what = f"a string or number for env '{var}'"
+    if isinstance(node, Scalar):
+        if node.kind == "null":
+            raise ConfigError(node.mark, f"env '{var}' has no value; write \"\" for an empty string")
+        return s.text(node, what), None
+    sec = s.Section(node, f"env '{var}'", ENV_VALUE_KEYS)
+    secret_node = sec.get("secret")
+    secret = s.boolean(secret_node) if secret_node else None
+    value_node, from_node = sec.get("value"), sec.get("from_env")
+    if value_node is not None and from_node is not None:
+        raise ConfigError(sec.key_mark("from_env"), f"env '{var}' takes 'value' or 'from_env', not both")
+    if from_node is not None:
+        source = _identifier(from_node, "an environment variable name")
+        if source not in environ:
+            raise ConfigError(
+                from_node.mark, f"environment variable '{source}' is not set (env '{var}' reads it with from_env)"
+            )
+        return environ[source], secret
+    if value_node is None:
+        if sec.given("value"):
+            raise ConfigError(sec.key_mark("value"), f"env '{var}' has no value; write \"\" for an empty string")
+        raise ConfigError(sec.mark, f"missing key 'value' or 'from_env' in env '{var}'")
+    return s.text(value_node, what), secret
+
+
+def _preflight(node: Node | None) -> Preflight:
+    if node is None:
+        return Preflight()
+    sec = s.Section(node, "preflight", PREFLIGHT_KEYS)
+    fields: dict[str, object] = {}
+    if (n := sec.get("gpus")) is not None:
+        fields["gpus"] = s.gpu_list(n)
+        fields["gpus_mark"] = n.mark
+    if (n := sec.get("max_memory_used_mib")) is not None:
+        fields["max_memory_used_mib"] = s.integer(n, 0, what="a number of MiB: an integer")
+    if (n := sec.get("max_utilization_pct")) is not None:
+        fields["max_utilization_pct"] = s.integer(n, 0, 100, "a percentage: an integer")
+    if (n := sec.get("allow_processes")) is not None:
+        fields["allow_processes"] = s.boolean(n)
+    return Preflight(**fields)  # type: ignore[arg-type]
+
+
+def _warmup(node: Node | None) -> Warmup | None:
+    if node is None:
+        return None
+    sec = s.Section(node, "warmup", WARMUP_KEYS)
+    gpus_node = sec.require("gpus", "the GPUs to warm up, in order")
+    command_node = sec.require("command", "the warmup command; {gpu} is replaced by each GPU index")
+    command = s.nonempty(command_node, "a command")
+    _check_placeholders(command_node, command)
+    fields: dict[str, object] = {}
+    for key in ("timeout", "drain_timeout"):
+        if (n := sec.get(key)) is not None:
+            fields[key] = s.seconds(n, zero_ok=False)
+    return Warmup(gpus=s.gpu_list(gpus_node), command=command, gpus_mark=gpus_node.mark, **fields)  # type: ignore[arg-type]
+
+
+def _check_placeholders(node: Node, command: str) -> None:
+    """Only {gpu} is substituted; '{{' and '}}' stand for literal braces."""
+    escape = "write '{{' and '}}' for literal braces, e.g. ${{HOME}}"
+    i = 0
+    while i < len(command):
+        c = command[i]
+        if command.startswith(("{{", "}}"), i):
+            i += 2
+            continue
+        if c == "}":
+            raise ConfigError(_at(node, i), f"single '}}' in the warmup command: {escape}")
+        if c == "{":
+            end = command.find("}", i)
+            if end < 0:
+                raise ConfigError(_at(node, i), f"unclosed '{{' in the warmup command: {escape}")
+            field = command[i : end + 1]
+            if field != "{gpu}":
+                raise ConfigError(
+                    _at(node, i), f"unknown placeholder '{field}' in the warmup command: only {{gpu}} is replaced; {escape}"
+                )
+            i = end + 1
+            continue
+        i += 1
+
+
+def _at(node: Node, offset: int) -> Mark:
+    return node.mark_at(offset) if isinstance(node, Scalar) else node.mark
+
+
+def _launch(node: Node) -> Launch:
+    sec = s.Section(node, "launch", LAUNCH_KEYS)
+    session_node = sec.require("session", "a tmux session name")
+    session = s.text(session_node, "a tmux session name")
+    problem = _session_problem(session)
+    if problem:
+        raise ConfigError(session_node.mark, f"invalid tmux session name {session!r}: {problem}")
+    command = s.nonempty(sec.require("command", "the training command"), "a command")
+    return Launch(session=session, command=command)
+
+
+def _session_problem(session: str) -> str | None:
+    if not session:
+        return "it is empty"
+    if ":" in session or "." in session:
+        return "tmux reads ':' and '.' as window and pane separators, so they cannot be used"
+    if any(c.isspace() or not c.isprintable() for c in session):
+        return "it cannot contain whitespace or control characters"
+    if session.startswith("-"):
+        return "it cannot start with '-' (tmux would read it as an option)"
+    return None
+
+
+def _watch(node: Node | None) -> Watch:
+    if node is None:
+        return Watch()
+    sec = s.Section(node, "watch", WATCH_KEYS)
+    fields: dict[str, object] = {}
+    if (n := sec.get("builtin")) is not None:
+        fields["builtin"] = s.boolean(n)
+    if (n := sec.get("stall_timeout")) is not None:
+        fields["stall_timeout"] = s.seconds(n, zero_ok=True)
+    if (n := sec.get("rules")) is not None:
+        fields["rules"] = _rules(n)
+    return Watch(**fields)  # type: ignore[arg-type]
+
+
+def _rules(node: Node) -> tuple[RuleSpec, ...]:
+    rules: list[RuleSpec] = []
+    seen: dict[str, Mark] = {}
+    for index, item in enumerate(s.items(node, "rules (each with name, pattern, action)")):
+        sec = s.Section(item, f"watch.rules[{index}]", RULE_KEYS)
+        name_node = sec.require("name", "a rule name")
+        name = s.name(name_node, "a rule name")
+        if name in seen:
+            first = seen[name]
+            raise ConfigError(
+                name_node.mark, f"duplicate rule name '{name}' (first at line {first.line}, column {first.column})"
+            )
+        seen[name] = name_node.mark
+        pattern_node = sec.require("pattern", "a Python regular expression")
+        pattern = s.text(pattern_node, "a Python regular expression")
+        _check_pattern(pattern_node, pattern, name)
+        action_node = sec.get("action")
+        action = s.choice(action_node, ("abort", "warn"), "an action") if action_node else "abort"
+        rules.append(RuleSpec(name=name, pattern=pattern, action=action))  # type: ignore[arg-type]
+    return tuple(rules)
+
+
+def _check_pattern(node: Node, pattern: str, rule: str) -> None:
+    import re
+    import warnings
+
+    if not pattern:
+        raise ConfigError(node.mark, f"rule '{rule}' has an empty pattern, which would match every line")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
+    except re.error as exc:
+        where = _at(node, exc.pos) if exc.pos is not None else node.mark
+        raise ConfigError(
+            where, f"pattern of rule '{rule}' is not a valid Python regular expression: {exc.msg}"
+        ) from None
+    except (RecursionError, OverflowError, MemoryError):
+        raise ConfigError(node.mark, f"pattern of rule '{rule}' is too complex to compile") from None
+
+
+def _abort(node: Node | None) -> Abort:
+    if node is None:
+        return Abort()
+    sec = s.Section(node, "abort", ABORT_KEYS)
+    fields: dict[str, object] = {}
+    if (n := sec.get("signal")) is not None:
+        fields["signal"] = _signal(n)
+    if (n := sec.get("grace")) is not None:
+        fields["grace"] = s.seconds(n, zero_ok=True)
+    return Abort(**fields)  # type: ignore[arg-type]
+
+
+def _signal(node: Node) -> str:
+    expected = f"expected a signal name ({', '.join(SIGNALS)}, with or without SIG)"
+    if isinstance(node, Scalar) and node.kind == "int":
+        raise ConfigError(node.mark, f"{expected}, got the number {node.text}: signal numbers differ between systems")
+    raw = s.text(node, "a signal name").upper()
+    name = raw[3:] if raw.startswith("SIG") else raw
+    if name not in SIGNALS:
+        raise ConfigError(node.mark, f"{expected}, got {s.describe(node)}{s.suggest(name, SIGNALS)}")
+    return name
