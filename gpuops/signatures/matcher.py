@@ -1,0 +1,788 @@
+"""Fatal-signature matcher for training logs: bytes in, hits out.
+
+This module imports only the standard library and nothing from gpuops, so it can
+be copied as-is into a container and run as a watchdog. It does no I/O.
+
+A ``Matcher`` is fed the log's bytes in chunks of any size and returns a ``Hit``
+for every line that matches a rule. Lines end at ``\\n``, ``\\r\\n`` or a lone
+``\\r`` (tqdm bars); ANSI escape sequences are removed and invalid UTF-8 is
+replaced before matching. At most ``max_line`` bytes of a line (its start) are
+kept, so memory stays bounded whatever the input.
+
+Rule kinds:
+
+* ``exception``: the pattern must match the exception line of a Python traceback
+  (``Type: message`` after a ``Traceback (most recent call last):`` header seen
+  recently). A message that is merely mentioned (a config echo, a note, a quote)
+  never matches. Tracebacks of several threads may interleave, and a per-line
+  prefix (torchrun's ``[rank0]: ``, a logging timestamp) is detected on the
+  header and stripped from the lines after it.
+* ``line``: the pattern is searched in each line; with ``follow`` set, a line
+  within ``follow_within`` lines after it must match ``follow`` as well.
+* ``regex``: a playbook rule, searched in each line (see ``regex_rule``).
+
+Speed: most of a training log matches nothing. The matcher searches each chunk
+for the rules' trigger literals with ``bytes.find`` and counts line ends with
+``bytes.count``; only the lines around a trigger (and every line while a
+traceback is open) are decoded and matched one by one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+__all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule"]
+
+ABORT = "abort"
+WARN = "warn"
+_ACTIONS = (ABORT, WARN)
+_KINDS = ("exception", "line", "regex")
+
+#: A traceback stays open this many lines after its last line.
+TRACEBACK_WINDOW = 500
+#: At most this many tracebacks are followed at once (threads printing together).
+MAX_OPEN_TRACEBACKS = 32
+#: Excerpt bounds: lines, characters per line, characters in all.
+EXCERPT_LINES = 40
+EXCERPT_LINE_CHARS = 400
+EXCERPT_CHARS = 8192
+
+_TB_HEADER = "Traceback (most recent call last):"
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|$)")
+_TIME_LIKE = re.compile(r"\d:\d\d")
+_CONTEXT_LINE = re.compile(r"(?i)\b(?:error|exception|critical|fatal|failed)\b|:\s*$")
+_THREAD_LINE = "Exception in thread "
+_RECENT = 8
+_RANK = r"(?:\[(?:rank|default)\d+\]:\s?)?"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named signature; ``pattern`` is a Python regex over a cleaned line.
+
+    ``triggers`` are literal strings of which every line the rule can match
+    contains at least one; the matcher skips lines without any. Empty means
+    unknown: every line is then checked (slower). Exception rules need none.
+    """
+
+    name: str
+    kind: str
+    action: str
+    description: str
+    pattern: str
+    triggers: tuple[str, ...] = ()
+    follow: str = ""
+    follow_within: int = 0
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    follow_regex: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a rule needs a name")
+        if self.kind not in _KINDS:
+            raise ValueError(f"rule {self.name!r}: kind must be one of {', '.join(_KINDS)}, not {self.kind!r}")
+        if self.action not in _ACTIONS:
+            raise ValueError(f"rule {self.name!r}: action must be abort or warn, not {self.action!r}")
+        object.__setattr__(self, "regex", _compile(self.name, self.pattern))
+        follow = _compile(self.name, self.follow) if self.follow else None
+        if follow is not None and self.follow_within < 1:
+            raise ValueError(f"rule {self.name!r}: follow needs follow_within >= 1")
+        object.__setattr__(self, "follow_regex", follow)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One matched line, with where it is and the traceback or context around it."""
+
+    rule: str
+    action: str
+    description: str
+    line: str
+    line_number: int
+    offset: int
+    excerpt: str
+
+
+def _compile(name: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"rule {name!r}: bad pattern {pattern!r}: {exc}") from None
+
+
+def _exception(name: str, description: str, pattern: str) -> Rule:
+    return Rule(name, "exception", ABORT, description, pattern)
+
+
+def builtin_rules() -> list[Rule]:
+    """The built-in library, in priority order (first match wins on a line).
+
+    fx-tracing-race
+        ``RuntimeError: Detected that you are using FX to symbolically trace a
+        dynamo-optimized function`` as a traceback's exception line: threads
+        sharing ``torch.compile`` raced (PyTorch < 2.14); drafters fall back to
+        eager mode and the run crawls on.
+    cuda-oom
+        ``torch.OutOfMemoryError: CUDA out of memory.`` (also
+        ``torch.cuda.OutOfMemoryError`` and ``RuntimeError: CUDA out of memory``).
+    cuda-error
+        ``torch.AcceleratorError: CUDA error: ...`` / ``RuntimeError: CUDA error:
+        ...`` (illegal memory access, device-side assert triggered, ...).
+    nccl-watchdog-timeout
+        ProcessGroupNCCL's ``Watchdog caught collective operation timeout`` log line.
+    nccl-error
+        ``torch.distributed.DistBackendError: NCCL error in: ...`` and
+        ``NCCL communicator was aborted`` exceptions.
+    compile-failed
+        ``torch._dynamo.exc.BackendCompilerFailed`` and
+        ``torch._inductor.exc.InductorError`` exceptions.
+    segfault
+        ``Fatal Python error: ...`` at the start of a line (faulthandler on
+        SIGSEGV, SIGABRT, ...) and bash's ``Segmentation fault (core dumped)``.
+    faulthandler-timeout
+        faulthandler's ``Timeout (0:04:00)!`` followed within 5 lines by a
+        ``Thread 0x... (most recent call first):`` stack: the process hung.
+    recompile-limit (warn)
+        ``torch._dynamo hit config.recompile_limit (8)`` (older:
+        ``cache_size_limit``): warmup did not cover a shape; dynamo runs eager.
+    """
+    return [
+        _exception(
+            "fx-tracing-race",
+            "PyTorch FX-tracing race between threads sharing torch.compile",
+            r"[A-Za-z_][\w.]*: Detected that you are using FX to symbolically trace a dynamo-optimized function",
+        ),
+        _exception(
+            "cuda-oom",
+            "CUDA out of memory",
+            r"(?:torch\.(?:cuda\.)?OutOfMemoryError|RuntimeError): CUDA out of memory",
+        ),
+        _exception(
+            "cuda-error",
+            "CUDA error (illegal memory access, device-side assert, ...)",
+            r"(?:torch\.AcceleratorError|RuntimeError|torch\.cuda\.CudaError): CUDA error: ",
+        ),
+        Rule(
+            "nccl-watchdog-timeout",
+            "line",
+            ABORT,
+            "NCCL watchdog: a collective operation timed out",
+            r"Watchdog caught collective operation timeout",
+            triggers=("Watchdog caught collective operation timeout",),
+        ),
+        _exception(
+            "nccl-error",
+            "NCCL error in a collective operation",
+            r"[A-Za-z_][\w.]*: (?:\[[^\]]*\]\s*)*(?:NCCL error\b|NCCL communicator was aborted)",
+        ),
+        _exception(
+            "compile-failed",
+            "torch.compile failed (backend compiler / inductor error)",
+            r"torch\._dynamo\.exc\.BackendCompilerFailed:|torch\._inductor\.exc\.InductorError:",
+        ),
+        Rule(
+            "segfault",
+            "line",
+            ABORT,
+            "the process crashed (segmentation fault or another fatal error)",
+            "^" + _RANK + r"Fatal Python error: \S"
+            r"|^(?:\S.*: line \d+: +\d+ |\[\d+\][+-]? +(?:\d+ +)?)Segmentation fault\b"
+            r"|^Segmentation fault(?: +\(core dumped\))?\s*$",
+            triggers=("Fatal Python error: ", "Segmentation fault"),
+        ),
+        Rule(
+            "faulthandler-timeout",
+            "line",
+            ABORT,
+            "the process hung: faulthandler's timeout dumped its stacks",
+            "^" + _RANK + r"Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!\s*$",
+            triggers=("Timeout (",),
+            follow="^" + _RANK + r"(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+ |Stack )\(most recent call first\):",
+            follow_within=5,
+        ),
+        Rule(
+            "recompile-limit",
+            "line",
+            WARN,
+            "torch._dynamo hit its recompile limit: warmup did not cover a shape",
+            r"(?:torch\._dynamo|torchdynamo) hit config\.\w*(?:recompile_limit|cache_size_limit) \(\d+\)",
+            triggers=("dynamo hit config.",),
+        ),
+    ]
+
+
+def regex_rule(name: str, pattern: str, action: str = ABORT) -> Rule:
+    """A playbook rule: ``pattern`` (a Python regex) searched in each cleaned line.
+
+    Raises ValueError with the rule name and the regex error on a bad pattern.
+    The literal text every match must contain becomes the rule's triggers; a
+    pattern without any (or case-insensitive) is checked on every line.
+    """
+    regex = _compile(name, pattern)
+    return Rule(
+        name,
+        "regex",
+        action,
+        f"log line matches playbook rule {name!r}: {pattern}",
+        pattern,
+        triggers=_required_literals(regex),
+    )
+
+
+# --- literal extraction for playbook regexes (what grep calls "must" strings) ---
+
+try:  # Python >= 3.11
+    from re import _constants as _sre_c
+    from re import _parser as _sre_parse
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_c  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+_MAX_ALTERNATIVES = 16
+_REPEATS = tuple(
+    getattr(_sre_c, op) for op in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_sre_c, op)
+)
+_ZERO_WIDTH = (_sre_c.AT, _sre_c.ASSERT, _sre_c.ASSERT_NOT)
+
+
+def _required_literals(regex: re.Pattern[str]) -> tuple[str, ...]:
+    """Strings of which every match contains one; () when none is certain."""
+    if regex.flags & re.IGNORECASE:
+        return ()
+    try:
+        best = _best(_required(list(_sre_parse.parse(regex.pattern))))
+    except Exception:  # an internal parser we do not control: fall back to "unknown"
+        return ()
+    if not best or any("\ufffd" in s for s in best):
+        return ()
+    return tuple(sorted(best))
+
+
+def _exact_item(op: object, av: object) -> set[str] | None:
+    """The small finite set of strings one parsed item matches, or None."""
+    if op is _sre_c.LITERAL:
+        return {chr(av)}  # type: ignore[arg-type]
+    if op in _ZERO_WIDTH:
+        return {""}
+    if op is _sre_c.SUBPATTERN:
+        if av[1] & re.IGNORECASE:  # type: ignore[index]
+            return None
+        return _exact(av[-1])  # type: ignore[index]
+    if op is _sre_c.BRANCH:
+        out: set[str] = set()
+        for alt in av[1]:  # type: ignore[index]
+            s = _exact(alt)
+            if s is None:
+                return None
+            out |= s
+        return out if len(out) <= _MAX_ALTERNATIVES else None
+    if op is _sre_c.IN:
+        if all(o is _sre_c.LITERAL for o, _ in av) and len(av) <= _MAX_ALTERNATIVES:  # type: ignore[union-attr]
+            return {chr(c) for _, c in av}  # type: ignore[union-attr]
+        return None
+    if op in _REPEATS:
+        lo, hi, sub = av  # type: ignore[misc]
+        s = _exact(sub)
+        if s is None or lo != hi or lo > 8:
+            return None
+        out = {""}
+        for _ in range(lo):
+            out = {a + b for a in out for b in s}
+            if len(out) > _MAX_ALTERNATIVES:
+                return None
+        return out
+    return None
+
+
+def _exact(items: object) -> set[str] | None:
+    out = {""}
+    for op, av in items:  # type: ignore[attr-defined]
+        s = _exact_item(op, av)
+        if s is None:
+            return None
+        out = {a + b for a in out for b in s}
+        if len(out) > _MAX_ALTERNATIVES:
+            return None
+    return out
+
+
+def _required(items: list) -> list[set[str]]:
+    """Candidate sets: every match contains a string from each returned set."""
+    found: list[set[str]] = []
+    run = {""}
+    for op, av in items:
+        s = _exact_item(op, av)
+        if s is not None:
+            grown = {a + b for a in run for b in s}
+            if len(grown) <= _MAX_ALTERNATIVES:
+                run = grown
+                continue
+        if run != {""}:
+            found.append(run)
+        run = {""}
+        if op is _sre_c.SUBPATTERN and not av[1] & re.IGNORECASE:
+            found.extend(_required(list(av[-1])))
+        elif op in _REPEATS and av[0] >= 1:
+            found.extend(_required(list(av[2])))
+        elif op is _sre_c.BRANCH:
+            alts = [_best(_required(list(alt))) for alt in av[1]]
+            if all(alts) and sum(len(a) for a in alts) <= _MAX_ALTERNATIVES:  # type: ignore[arg-type]
+                found.append(set().union(*alts))  # type: ignore[arg-type]
+    if run != {""}:
+        found.append(run)
+    return found
+
+
+def _best(candidates: list[set[str]]) -> set[str] | None:
+    """The most selective candidate set: longest shortest string, then fewest."""
+    usable = [c for c in candidates if c and min(map(len, c)) >= 3]
+    if not usable:
+        return None
+    return max(usable, key=lambda c: (min(map(len, c)), -len(c)))
+
+
+# --- per-line state ---
+
+
+def _clean(raw: bytes) -> str:
+    """Decode a raw line (invalid UTF-8 replaced) and remove ANSI escape sequences."""
+    text = raw.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return text
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= EXCERPT_LINE_CHARS:
+        return text
+    return text[: EXCERPT_LINE_CHARS - 3] + "..."
+
+
+def _excerpt(head: list[str], tail: Sequence[str], dropped: int) -> str:
+    """Join excerpt lines, bounded to EXCERPT_LINES lines and EXCERPT_CHARS characters."""
+    lines = list(head)
+    if dropped:
+        lines.append(f"... ({dropped} lines not shown) ...")
+    lines.extend(tail)
+    text = "\n".join(lines)
+    while len(text) > EXCERPT_CHARS and len(lines) > 2:
+        del lines[len(lines) // 2]
+        text = "\n".join(lines)
+    return text[:EXCERPT_CHARS]
+
+
+class _Lines:
+    """Excerpt lines: the first few and the last many, with a count of those between."""
+
+    HEAD = 6
+
+    def __init__(self) -> None:
+        self.head: list[str] = []
+        self.tail: deque[str] = deque(maxlen=EXCERPT_LINES - self.HEAD - 1)
+        self.dropped = 0
+
+    def add(self, text: str) -> None:
+        text = _shorten(text)
+        if len(self.head) < self.HEAD:
+            self.head.append(text)
+            return
+        if len(self.tail) == self.tail.maxlen:
+            self.dropped += 1
+        self.tail.append(text)
+
+    def join(self) -> str:
+        return _excerpt(self.head, self.tail, self.dropped)
+
+
+_HEADER, _FILE, _CODE = 0, 1, 2
+
+
+class _Traceback:
+    """An open traceback: its header's prefix and the lines claimed so far."""
+
+    __slots__ = ("prefix", "prefix_re", "mode", "last_kind", "last_line", "seq", "lines")
+
+    def __init__(self, prefix: str, line_no: int, seq: int, context: str | None, header: str) -> None:
+        self.prefix = prefix
+        general = re.sub(r"\d+", r"\\d+", re.escape(prefix)) if _TIME_LIKE.search(prefix) else None
+        self.prefix_re = re.compile(general) if general else None
+        self.mode = 0 if prefix else 2  # 0: not known yet, 1: lines carry the prefix, 2: bare lines
+        self.last_kind = _HEADER
+        self.last_line = line_no
+        self.seq = seq
+        self.lines = _Lines()
+        if context is not None:
+            self.lines.add(context)
+        self.lines.add(header)
+
+    def body(self, text: str) -> tuple[int, str] | None:
+        """(preference, text without prefix) if this traceback could own the line."""
+        if self.mode != 2:
+            if text.startswith(self.prefix):
+                return 0, text[len(self.prefix) :]
+            if self.prefix_re is not None:
+                m = self.prefix_re.match(text)
+                if m:
+                    return 1, text[m.end() :]
+        if self.mode != 1:
+            return 2, text
+        return None
+
+
+def _kind(body: str) -> int | None:
+    """_FILE, _CODE, -1 for an exception line, None for a line no traceback owns."""
+    if body.startswith("  File "):
+        return _FILE
+    if body[:1] in (" ", "\t"):
+        return _CODE
+    if _EXC_LINE.match(body):
+        return -1
+    return None
+
+
+@dataclass
+class _Pending:
+    rule: Rule
+    text: str
+    line_number: int
+    offset: int
+    deadline: int
+    lines: list[str]
+
+
+class Matcher:
+    """Feed a log's bytes in chunks of any size; get a Hit for every matching line.
+
+    Rule order is priority: the first rule that matches a line wins. Hits come
+    back from the ``feed`` (or ``finish``) call that completes the line.
+    """
+
+    def __init__(self, rules: Sequence[Rule], *, start_offset: int = 0, max_line: int = 65536) -> None:
+        if max_line < 1:
+            raise ValueError("max_line must be at least 1")
+        self._rules = tuple(rules)
+        self._max_line = max_line
+        self._offset = start_offset  # stream offset of the next byte fed
+        self._line_no = 1  # number of the next line to start
+        self._tail = b""  # start of the current partial line, at most max_line bytes
+        self._tail_len = 0  # its full length so far
+        self._tail_offset = 0
+        self._skip_lf = False  # the last byte fed was \r: a leading \n is part of that line end
+        self._recent: deque[bytes] = deque(maxlen=_RECENT)  # last lines, raw: header context
+        self._tracebacks: list[_Traceback] = []
+        self._pending: list[_Pending] = []
+        self._seq = 0
+        self._has_exception_rules = any(r.kind == "exception" for r in self._rules)
+        self._check_all = any(r.kind != "exception" and not r.triggers for r in self._rules)
+        triggers = {t.encode() for r in self._rules if r.kind != "exception" for t in r.triggers}
+        if self._has_exception_rules:
+            triggers.add(_TB_HEADER.encode())
+        self._triggers = _minimal(triggers)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the current partial line held for matching (never above max_line)."""
+        return len(self._tail)
+
+    def feed(self, data: bytes) -> list[Hit]:
+        """Consume the next bytes of the stream; return the hits of the lines they complete."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        hits: list[Hit] = []
+        n = len(data)
+        pos = 0
+        if n and self._skip_lf:
+            self._skip_lf = False
+            if data[0] == 10:
+                pos = 1
+        if self._tail_len and pos < n:
+            end = _next_eol(data, pos, n)
+            if end < 0:
+                self._extend_tail(data, pos, n)
+                self._offset += n
+                return hits
+            self._extend_tail(data, pos, end)
+            raw, offset = self._tail, self._tail_offset
+            self._tail, self._tail_len = b"", 0
+            pos = self._after_eol(data, end, n)
+            self._line(raw, offset, hits)
+            self._recent.append(raw)
+        last = max(data.rfind(b"\n", pos), data.rfind(b"\r", pos))
+        if last >= 0:
+            if last == n - 1 and data[last] == 13:
+                self._skip_lf = True
+            self._scan(data, pos, last + 1, hits)
+            pos = last + 1
+        if pos < n:
+            self._tail_offset = self._offset + pos
+            self._extend_tail(data, pos, n)
+        self._offset += n
+        return hits
+
+    def finish(self) -> list[Hit]:
+        """End of stream: match the last partial line, drop open tracebacks and waits."""
+        hits: list[Hit] = []
+        if self._tail_len:
+            raw, offset = self._tail, self._tail_offset
+            self._tail, self._tail_len = b"", 0
+            self._line(raw, offset, hits)
+            self._recent.append(raw)
+        self._tracebacks.clear()
+        self._pending.clear()
+        return hits
+
+    # --- bytes to lines ---
+
+    def _extend_tail(self, data: bytes, start: int, end: int) -> None:
+        room = self._max_line - len(self._tail)
+        if room > 0:
+            self._tail += data[start : min(end, start + room)]
+        self._tail_len += end - start
+
+    def _after_eol(self, data: bytes, end: int, n: int) -> int:
+        """Position after the line end at ``end``, noting a \\r that may pair with the next feed."""
+        if data[end] == 13:
+            if end + 1 == n:
+                self._skip_lf = True
+            elif data[end + 1] == 10:
+                return end + 2
+        return end + 1
+
+    def _busy(self) -> bool:
+        return bool(self._check_all or self._tracebacks or self._pending)
+
+    def _scan(self, data: bytes, pos: int, end: int, hits: list[Hit]) -> None:
+        """Match the complete lines in data[pos:end]."""
+        has_cr = data.find(b"\r", pos, end) >= 0
+        while pos < end:
+            if self._busy():
+                pos = self._scan_slow(data, pos, end, has_cr, hits)
+            else:
+                pos = self._scan_fast(data, pos, end, has_cr, hits)
+
+    def _scan_slow(self, data: bytes, pos: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
+        """Every line, one by one, until no traceback or wait is open."""
+        limit = self._max_line
+        lf = cr = -1
+        while pos < end:
+            if lf < pos:
+                lf = data.find(b"\n", pos, end)
+                if lf < 0:
+                    lf = end
+            if has_cr and cr < pos:
+                cr = data.find(b"\r", pos, end)
+                if cr < 0:
+                    cr = end
+            eol = min(lf, cr) if has_cr else lf
+            raw = data[pos : min(eol, pos + limit)]
+            self._line(raw, self._offset + pos, hits)
+            self._recent.append(raw)
+            pos = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
+            if not self._busy():
+                break
+        return pos
+
+    def _scan_fast(self, data: bytes, start: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
+        """Only the lines holding a trigger literal (or an escape sequence)."""
+        found: list[int] = []
+        for lit in self._triggers:
+            p = data.find(lit, start, end)
+            while p >= 0:
+                found.append(p)
+                p = data.find(lit, p + len(lit), end)
+        p = data.find(b"\x1b", start, end)
+        while p >= 0:
+            found.append(p)
+            p = data.find(b"\x1b", _eol(data, p, end, has_cr), end)
+        if not found:
+            self._skip_lines(data, start, end, has_cr)
+            return end
+        found.sort()
+        pos = start
+        for p in found:
+            if p < pos:
+                continue
+            lf = data.rfind(b"\n", pos, p)
+            cr = data.rfind(b"\r", lf + 1 if lf >= 0 else pos, p) if has_cr else -1
+            ls = max(lf, cr) + 1 or pos
+            self._skip_lines(data, pos, ls, has_cr)
+            eol = _eol(data, ls, end, has_cr)
+            raw = data[ls : min(eol, ls + self._max_line)]
+            self._line(raw, self._offset + ls, hits)
+            self._recent.append(raw)
+            pos = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
+            if self._busy():
+                return pos
+        self._skip_lines(data, pos, end, has_cr)
+        return end
+
+    def _skip_lines(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
+        """Account for complete lines that need no matching (they hold no trigger)."""
+        if start < end:
+            self._line_no += _count_eols(data, start, end, has_cr)
+            self._recent.extend(_last_lines(data, start, end, has_cr, _RECENT, self._max_line))
+
+    # --- one line ---
+
+    def _line(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
+        """Match one line (the reference semantics; the fast path only skips lines)."""
+        line_no = self._line_no
+        self._line_no += 1
+        text = _clean(raw)
+        if self._pending:
+            self._follow(text, line_no, hits)
+        body = None
+        lines = None
+        if self._has_exception_rules:
+            body, lines = self._traceback(text, line_no)
+        for rule in self._rules:
+            if rule.kind == "exception":
+                if body is None or not rule.regex.match(body):
+                    continue
+                excerpt = lines.join() if lines is not None else text
+            else:
+                if not rule.regex.search(text):
+                    continue
+                if rule.follow_regex is not None:
+                    self._pending.append(
+                        _Pending(rule, text, line_no, offset, line_no + rule.follow_within, [_shorten(text)])
+                    )
+                    continue
+                excerpt = _shorten(text)
+            hits.append(Hit(rule.name, rule.action, rule.description, text, line_no, offset, excerpt))
+            break
+
+    def _header_context(self) -> str | None:
+        """The line that says whose traceback starts here: "Exception in thread X:" or a log record.
+
+        Threads that die together print their "Exception in thread" lines and then
+        their headers interleaved; the n-th header of such a run gets the n-th line.
+        """
+        recent = [_clean(raw) for raw in self._recent]
+        threads: list[str] = []
+        headers = 0
+        for text in reversed(recent):
+            if _TB_HEADER in text:
+                headers += 1
+            elif _THREAD_LINE in text:
+                threads.append(text)
+            else:
+                break
+        if threads:
+            threads.reverse()
+            return threads[headers] if headers < len(threads) else None
+        prev = recent[-1] if recent else ""
+        if not headers and prev.strip() and _CONTEXT_LINE.search(prev):
+            return prev
+        return None
+
+    def _follow(self, text: str, line_no: int, hits: list[Hit]) -> None:
+        """Confirm or expire rules waiting for a follow-up line."""
+        keep = []
+        for p in self._pending:
+            p.lines.append(_shorten(text))
+            if p.rule.follow_regex is not None and p.rule.follow_regex.search(text):
+                excerpt = _excerpt(p.lines, (), 0)
+                hits.append(Hit(p.rule.name, p.rule.action, p.rule.description, p.text, p.line_number, p.offset, excerpt))
+            elif line_no < p.deadline:
+                keep.append(p)
+        self._pending = keep
+
+    def _traceback(self, text: str, line_no: int) -> tuple[str | None, _Lines | None]:
+        """Track open tracebacks; return (exception line body, excerpt lines) when one ends here."""
+        tbs = self._tracebacks
+        if tbs:
+            tbs[:] = [tb for tb in tbs if line_no - tb.last_line <= TRACEBACK_WINDOW]
+        i = text.find(_TB_HEADER)
+        if i >= 0 and not text[i + len(_TB_HEADER) :].strip():
+            context = self._header_context()
+            self._seq += 1
+            tbs.append(_Traceback(text[:i], line_no, self._seq, context, text))
+            if len(tbs) > MAX_OPEN_TRACEBACKS:
+                tbs.remove(min(tbs, key=lambda tb: tb.seq))
+            return None, None
+        if not tbs:
+            return None, None
+        best = None
+        for tb in tbs:
+            claim = tb.body(text)
+            if claim is None:
+                continue
+            kind = _kind(claim[1])
+            if kind is None or (tb.last_kind == _HEADER and kind != _FILE):
+                continue
+            key = (claim[0], tb.seq)
+            if best is None or key < best[0]:
+                best = (key, tb, claim, kind)
+        if best is None:
+            return None, None
+        _, tb, (pref, body), kind = best
+        if tb.mode == 0:
+            tb.mode = 2 if pref == 2 else 1
+        tb.lines.add(text)
+        self._seq += 1
+        tb.seq = self._seq
+        tb.last_line = line_no
+        if kind == -1:
+            tbs.remove(tb)
+            return body, tb.lines
+        tb.last_kind = kind
+        return None, None
+
+
+def _minimal(triggers: set[bytes]) -> tuple[bytes, ...]:
+    """Drop triggers that contain another trigger (the shorter one finds them)."""
+    keep = [t for t in triggers if not any(o != t and o in t for o in triggers)]
+    return tuple(sorted(keep, key=len, reverse=True))
+
+
+def _next_eol(data: bytes, pos: int, end: int) -> int:
+    """Index of the first \\n or \\r in data[pos:end], or -1."""
+    lf = data.find(b"\n", pos, end)
+    cr = data.find(b"\r", pos, lf if lf >= 0 else end)
+    return cr if cr >= 0 else lf
+
+
+def _eol(data: bytes, pos: int, end: int, has_cr: bool) -> int:
+    """Index of the line end at or after pos (data[pos:end] ends with a line end)."""
+    lf = data.find(b"\n", pos, end)
+    if lf < 0:
+        lf = end
+    if has_cr:
+        cr = data.find(b"\r", pos, lf)
+        if cr >= 0:
+            return cr
+    return lf
+
+
+def _count_eols(data: bytes, start: int, end: int, has_cr: bool) -> int:
+    """Line ends in data[start:end]; \\r\\n counts once (never split by start or end here)."""
+    if start >= end:
+        return 0
+    n = data.count(b"\n", start, end)
+    if has_cr:
+        cr = data.count(b"\r", start, end)
+        if cr:
+            n += cr - data.count(b"\r\n", start, end)
+    return n
+
+
+def _last_lines(data: bytes, start: int, end: int, has_cr: bool, k: int, limit: int) -> list[bytes]:
+    """The last k complete lines of data[start:end] (which ends with a line end), oldest first."""
+    out: list[bytes] = []
+    stop = end
+    while stop > start and len(out) < k:
+        le = stop - 1
+        if data[le] == 10 and le > start and data[le - 1] == 13:
+            le -= 1
+        lf = data.rfind(b"\n", start, le)
+        cr = data.rfind(b"\r", lf + 1 if lf >= 0 else start, le) if has_cr else -1
+        ls = max(lf, cr) + 1 or start
+        out.append(data[ls : min(le, ls + limit)])
+        stop = ls
+    out.reverse()
+    return out
