@@ -190,13 +190,16 @@ class SshServer:
         )
 
     def ssh_argv(self, *options: str) -> list[str]:
-        """The ssh client command line for this server (append the remote command)."""
+        """The ssh client command line for this server (append the remote command).
+
+        `options` come first: for each option ssh uses the first value it is given.
+        """
         return [
-            "ssh", "-F", "/dev/null", "-i", str(self.client_key), "-p", str(self.port),
+            "ssh", *options, "-F", "/dev/null", "-i", str(self.client_key), "-p", str(self.port),
             "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
             "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15", "-o", "LogLevel=ERROR",
-            *options, f"{self.user}@{self.host}",
+            f"{self.user}@{self.host}",
         ]  # fmt: skip
 
     def known_hosts_line(self) -> str:
