@@ -129,9 +129,9 @@ def _preflight(node: Node | None) -> Preflight:
         fields["gpus"] = s.gpu_list(n)
         fields["gpus_mark"] = n.mark
     if (n := sec.get("max_memory_used_mib")) is not None:
-        fields["max_memory_used_mib"] = s.integer(n, 0, what="a number of MiB: an integer")
+        fields["max_memory_used_mib"] = s.integer(n, 0)
     if (n := sec.get("max_utilization_pct")) is not None:
-        fields["max_utilization_pct"] = s.integer(n, 0, 100, "a percentage: an integer")
+        fields["max_utilization_pct"] = s.integer(n, 0, 100)
     if (n := sec.get("allow_processes")) is not None:
         fields["allow_processes"] = s.boolean(n)
     return Preflight(**fields)  # type: ignore[arg-type]
@@ -149,7 +149,8 @@ def _warmup(node: Node | None) -> Warmup | None:
     for key in ("timeout", "drain_timeout"):
         if (n := sec.get(key)) is not None:
             fields[key] = s.seconds(n, zero_ok=False)
-    return Warmup(gpus=s.gpu_list(gpus_node), command=command, gpus_mark=gpus_node.mark, **fields)  # type: ignore[arg-type]
+    gpus = s.gpu_list(gpus_node)
+    return Warmup(gpus=gpus, command=command, gpus_mark=gpus_node.mark, **fields)  # type: ignore[arg-type]
 
 
 def _check_placeholders(node: Node, command: str) -> None:
@@ -170,7 +171,8 @@ def _check_placeholders(node: Node, command: str) -> None:
             field = command[i : end + 1]
             if field != "{gpu}":
                 raise ConfigError(
-                    _at(node, i), f"unknown placeholder '{field}' in the warmup command: only {{gpu}} is replaced; {escape}"
+                    _at(node, i),
+                    f"unknown placeholder '{field}' in the warmup command: only {{gpu}} is replaced; {escape}",
                 )
             i = end + 1
             continue

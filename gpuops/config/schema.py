@@ -26,11 +26,20 @@ def is_null(node: Node) -> bool:
     return isinstance(node, Scalar) and node.kind == "null"
 
 
-def entries(node: Node, what: str, _seen: frozenset[int] = frozenset()) -> list[tuple[Scalar, Node]]:
+def entries(node: Node, what: str) -> list[tuple[Scalar, Node]]:
     """The key/value pairs of a mapping, merge keys (<<) applied, a key given twice refused."""
+    return _entries(node, what, frozenset(), {})
+
+
+def _entries(
+    node: Node, what: str, seen: frozenset[int], memo: dict[int, list[tuple[Scalar, Node]]]
+) -> list[tuple[Scalar, Node]]:
+    # memo: a mapping merged along many paths (a "merge bomb") is flattened once.
     if not isinstance(node, Mapping):
         raise ConfigError(node.mark, f"expected a mapping for {what}, got {describe(node)}")
-    seen = _seen | {id(node)}
+    if id(node) in memo:
+        return memo[id(node)]
+    seen = seen | {id(node)}
     explicit: dict[str, Scalar] = {}
     inherited: dict[str, tuple[Scalar, Node]] = {}
     own: list[tuple[Scalar, Node]] = []
@@ -41,7 +50,7 @@ def entries(node: Node, what: str, _seen: frozenset[int] = frozenset()) -> list[
                     raise ConfigError(source.mark, f"expected a mapping to merge with '<<', got {describe(source)}")
                 if id(source) in seen:
                     raise ConfigError(source.mark, "a mapping cannot merge itself with '<<'")
-                for k, v in entries(source, what, seen):
+                for k, v in _entries(source, what, seen, memo):
                     inherited.setdefault(k.text, (k, v))
             continue
         if not isinstance(key, Scalar):
@@ -55,7 +64,8 @@ def entries(node: Node, what: str, _seen: frozenset[int] = frozenset()) -> list[
             )
         explicit[key.text] = key
         own.append((key, value))
-    return [pair for text, pair in inherited.items() if text not in explicit] + own
+    memo[id(node)] = [pair for key_text, pair in inherited.items() if key_text not in explicit] + own
+    return memo[id(node)]
 
 
 def _is_merge(key: Node) -> bool:
@@ -140,26 +150,37 @@ def _looks_numeric(value: str) -> bool:
     return True
 
 
-def integer(node: Node, low: int, high: int | None = None, what: str = "an integer") -> int:
+def integer(node: Node, low: int, high: int | None = None, what: str | None = None) -> int:
     """An integer within [low, high]; the message states the range."""
-    bounds = f"{low}..{high}" if high is not None else f">= {low}"
     if isinstance(node, Scalar) and node.kind == "int" and len(node.text) <= 20:
         value = int(node.text)
         if value >= low and (high is None or value <= high):
             return value
-    raise ConfigError(node.mark, f"expected {what} {bounds}, got {describe(node)}{_quoted_number_hint(node)}")
+    expected = f"an integer {low}..{high}" if high is not None else f"an integer >= {low}"
+    if what:
+        expected = f"{what} ({expected})"
+    raise ConfigError(node.mark, f"expected {expected}, got {describe(node)}{_quoted_number_hint(node)}")
 
 
 def seconds(node: Node, *, zero_ok: bool) -> float:
     """A finite number of seconds, > 0 (or >= 0 where 0 means off)."""
     bound = ">= 0" if zero_ok else "> 0"
     if isinstance(node, Scalar) and node.kind in ("int", "float"):
-        value = float(node.text) if len(node.text) <= 40 else math.inf
-        if math.isfinite(value) and (value > 0 or (zero_ok and value == 0)):
+        value = _finite(node.text)
+        if value is not None and (value > 0 or (zero_ok and value == 0)):
             return value
     raise ConfigError(
         node.mark, f"expected a number of seconds {bound}, got {describe(node)}{_quoted_number_hint(node)}"
     )
+
+
+def _finite(number: str) -> float | None:
+    """The float a YAML number means, or None for .inf, .nan and overflows."""
+    try:
+        value = float(number) if len(number) <= 40 else math.inf
+    except ValueError:  # .inf / .nan spellings
+        return None
+    return value if math.isfinite(value) else None
 
 
 def boolean(node: Node) -> bool:
@@ -188,7 +209,7 @@ def gpu_list(node: Node) -> tuple[int, ...]:
     """Distinct GPU indexes, in the order given."""
     gpus: list[int] = []
     for item in items(node, "GPU indexes (e.g. [0, 1])"):
-        gpu = integer(item, 0, what="a GPU index: an integer")
+        gpu = integer(item, 0, what="a GPU index")
         if gpu in gpus:
             raise ConfigError(item.mark, f"GPU {gpu} is listed twice")
         gpus.append(gpu)

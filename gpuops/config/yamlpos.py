@@ -103,12 +103,10 @@ def describe(node: Node) -> str:
         return "a list"
     assert isinstance(node, Scalar)
     kind = node.kind
-    if kind == "null":
-        return "nothing" if node.text == "" else node.text
-    if kind in ("bool", "int", "float"):
-        return node.text
     text = node.text if len(node.text) <= 60 else node.text[:57] + "..."
-    return repr(text)
+    if kind == "null":
+        return "nothing" if text == "" else text
+    return text if kind in ("bool", "int", "float") else repr(text)
 
 
 def read_text(path: str) -> str:
@@ -141,19 +139,20 @@ def read_text(path: str) -> str:
         raise ConfigError(
             Mark(path, line, column),
             f"character U+{ord(bad.group()):04X} is not allowed in a YAML file "
-            '(write it as an escape in a double-quoted string, e.g. "\\t")',
+            f'(in a double-quoted string, write it as "\\u{ord(bad.group()):04X}")',
         )
     return text
 
 
 def load(path: str) -> AnyNode | None:
-    """The file's single YAML document as a node tree, or None when it holds no document."""
+    """The file's single YAML document as a node tree, or None when it holds nothing (or null)."""
     text = read_text(path)
     import yaml  # here, not at import time: `gpuops validate` must start fast
 
     loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
     try:
-        return _Composer(path, text, yaml.parse(text, Loader=loader)).document()
+        root = _Composer(path, text, yaml.parse(text, Loader=loader)).document()
+        return None if isinstance(root, Scalar) and root.kind == "null" else root
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(path, text, exc) from None
     except yaml.YAMLError as exc:
@@ -217,7 +216,9 @@ class _Composer:
             raise ConfigError(mark, f"nested more than {MAX_DEPTH} levels deep")
         tag = event.tag
         if tag is not None and tag != "!" and not (tag.startswith(_STD) and tag[len(_STD) :] in _TAGS):
-            raise ConfigError(mark, f"unsupported tag '{tag}' (use plain strings, numbers, true/false, lists and mappings)")
+            raise ConfigError(
+                mark, f"unsupported tag '{tag}' (use plain strings, numbers, true/false, lists and mappings)"
+            )
         node: AnyNode
         if name == "ScalarEvent":
             node = self.scalar(event, mark, tag)
