@@ -77,7 +77,7 @@ def _host(name: str, mark: Mark, node: Node, jump_marks: dict[str, Mark]) -> Hos
     if (n := sec.get("user")) is not None:
         fields["user"] = _matching(n, _USER, "a user name")
     if (n := sec.get("port")) is not None:
-        fields["port"] = s.integer(n, 1, 65535, "a port number: an integer")
+        fields["port"] = s.integer(n, 1, 65535, "a port number")
     if (n := sec.get("identity_file")) is not None:
         fields["identity_file"] = s.nonempty(n, "a path to a private key")
     if (n := sec.get("known_hosts")) is not None:
@@ -134,7 +134,7 @@ def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target
         known = ", ".join(hosts) if hosts else "none defined"
         raise ConfigError(host_node.mark, f"unknown host '{host}' (hosts: {known}){s.suggest(host, hosts)}")
     ctid_node = sec.get("ctid")
-    ctid = s.integer(ctid_node, CTID_MIN, CTID_MAX, "a container id: an integer") if ctid_node else None
+    ctid = s.integer(ctid_node, CTID_MIN, CTID_MAX, "a container id") if ctid_node else None
     gpus_node = sec.get("gpus")
     gpus = s.gpu_list(gpus_node) if gpus_node else ()
     return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark)
