@@ -115,15 +115,17 @@ def _check_jumps(hosts: dict[str, Host], marks: dict[str, Mark]) -> None:
             raise ConfigError(
                 marks[host.name], f"jump names host '{host.jump}', which is local (a jump host must use ssh)"
             )
-    for start in hosts.values():
-        path = [start.name]
-        jump = start.jump
-        while jump is not None:
-            if jump in path:
-                cycle = path[path.index(jump) :] + [jump]
+    loop_free: set[str] = set()  # hosts whose jump chain is known to end: each chain is walked once
+    for start in hosts:
+        path: dict[str, int] = {}
+        hop: str | None = start
+        while hop is not None and hop not in loop_free:
+            if hop in path:
+                cycle = [*list(path)[path[hop] :], hop]
                 raise ConfigError(marks[cycle[0]], f"jump loop: {' -> '.join(cycle)}")
-            path.append(jump)
-            jump = hosts[jump].jump
+            path[hop] = len(path)
+            hop = hosts[hop].jump
+        loop_free.update(path)
 
 
 def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target:
