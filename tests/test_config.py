@@ -162,6 +162,20 @@ def test_control_character(tmp_path: Path) -> None:
     )
 
 
+def test_bom_does_not_shift_columns(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_bytes(b"\xef\xbb\xbfhosts: {h: {user: r\xffoot}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_inventory(str(path))
+    assert str(info.value) == f"{path}:1:20: not valid UTF-8 (byte 0xff); save the file as UTF-8"
+
+
+def test_nul_in_path_is_a_usage_error() -> None:
+    with pytest.raises(UsageError) as info:
+        load_inventory("a\0b.yaml")
+    assert str(info.value) == "'a\\x00b.yaml': cannot read the file: embedded null byte"
+
+
 def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "f.yaml"
     path.write_bytes("\ufeffhosts: {h: {}}\n".encode())

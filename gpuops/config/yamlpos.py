@@ -120,10 +120,11 @@ def read_text(path: str) -> str:
         raise UsageError(f"{path}: is a directory, expected a YAML file") from None
     except PermissionError:
         raise UsageError(f"{path}: cannot read the file: permission denied") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"{path!r}: cannot read the file: {getattr(exc, 'strerror', None) or exc}") from None
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark: editors do not count it
     try:
-        text = data.decode("utf-8-sig")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         line_start = data.rfind(b"\n", 0, exc.start) + 1
