@@ -140,6 +140,7 @@ HOSTILE = {
     "many-keys": "hosts:\n" + "".join(f"  h{i}: {{}}\n" for i in range(20_000)),
     "merge-chain": "hosts:\n  a: &a {user: u}\n" + "".join(f"  h{i}: &h{i} {{<<: *{'a' if i == 0 else f'h{i - 1}'}}}\n" for i in range(300)),
     "jump-chain": "hosts:\n" + "".join(f"  h{i}: {{jump: h{i + 1}}}\n" for i in range(20_000)) + "  h20000: {}\n",
+    "long-gpu-list": "hosts: {h: {}}\ntargets: {t: {host: h, gpus: [" + ", ".join(map(str, range(100_000))) + "]}}\n",
     "merge-bomb": "hosts:\n  a0: &a0 {user: u}\n  b0: &b0 {port: 22}\n"
     + "".join(
         f"  a{i}: &a{i} {{<<: [*a{i - 1}, *b{i - 1}]}}\n  b{i}: &b{i} {{<<: [*b{i - 1}, *a{i - 1}]}}\n"

@@ -173,12 +173,13 @@ def _check_gpus(target: Target, playbook: Playbook) -> None:
     """A playbook may only use GPUs the target declares (when it declares any)."""
     if not target.gpus:
         return
+    available = set(target.gpus)
     for section, gpus, mark in (
         ("preflight", playbook.preflight.gpus, playbook.preflight.gpus_mark),
         ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup and playbook.warmup.gpus_mark),
     ):
         for gpu in gpus:
-            if gpu not in target.gpus:
+            if gpu not in available:
                 raise ConfigError(
                     mark,
                     f"{section} uses GPU {gpu}, which target '{target.name}' does not have "

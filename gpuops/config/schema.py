@@ -207,10 +207,10 @@ def items(node: Node, what: str) -> list[Node]:
 
 def gpu_list(node: Node) -> tuple[int, ...]:
     """Distinct GPU indexes, in the order given."""
-    gpus: list[int] = []
+    gpus: dict[int, None] = {}
     for item in items(node, "GPU indexes (e.g. [0, 1])"):
         gpu = integer(item, 0, what="a GPU index")
         if gpu in gpus:
             raise ConfigError(item.mark, f"GPU {gpu} is listed twice")
-        gpus.append(gpu)
+        gpus[gpu] = None
     return tuple(gpus)
