@@ -43,6 +43,26 @@ def fake_proxmox(sshd: SshServer) -> FakeProxmox:
 
 
 @pytest.fixture
+def local_proxmox(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProxmox]:
+    """This process made the fake Proxmox host (no SSH): `pct` runs locally, CT 200 exists and runs.
+
+    For PctTransport over a LocalTransport: the environment is what an SSH session there gets.
+    """
+    fake = FakeProxmox(make_root())
+    fake.add_container(200)
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.delenv("TMUX_PANE", raising=False)
+    for key, value in fake.env(None).items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield fake
+    finally:
+        fake.cleanup()
+        if not _keep():
+            shutil.rmtree(fake.root, ignore_errors=True)
+
+
+@pytest.fixture
 def local_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEnv]:
     """For the local transport: stand-ins first on PATH, own HOME, own tmux server dir, fake GPUs.
 

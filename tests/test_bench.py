@@ -142,6 +142,7 @@ def test_pct_exec_environment_matches_the_bench_model(fake_proxmox: FakeProxmox)
 def test_pct_exec_passes_argv_without_a_shell(fake_proxmox: FakeProxmox) -> None:
     result = fake_proxmox.pct("exec", "200", "--", "printf", "<%s>\n", "a b", "$HOME", "*")
     assert result.stdout == "<a b>\n<$HOME>\n<*>\n"
+    assert fake_proxmox.pct("exec", "200", "--", "cat", input="from stdin\n").stdout == "from stdin\n"
 
 
 def test_pct_exec_keep_env_on_pve8_passes_the_session_environment(sshd: SshServer, fake_proxmox: FakeProxmox) -> None:
@@ -398,3 +399,9 @@ def test_local_env_isolates_tmux_home_and_gpus(local_env: LocalEnv) -> None:
     out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True)
     assert out.stdout.splitlines() == [str(i) for i in range(8)]
     assert local_env.processes()  # the tmux server, found by its environment
+
+
+def test_local_proxmox_runs_pct_without_ssh(local_proxmox: FakeProxmox) -> None:
+    out = subprocess.run(["pct", "exec", "200", "--", "nvidia-smi", "-L", "-i", "0"], capture_output=True, text=True)
+    assert out.stdout == f"GPU 0: NVIDIA H200 (UUID: {FIRST_UUID})\n"
+    assert os.environ["GPUOPS_FAKE_ROOT"] == str(local_proxmox.root)
