@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
 from gpuops import tmux
@@ -136,7 +137,7 @@ def write_record(run_id: str, name: str, record_json: str) -> Script:
 def warmup_script(playbook: Playbook, run_id: str, gpu: int, *, local: bool) -> Script:
     """One GPU's warmup in the foreground: its exit code is the stream's exit code."""
     assert playbook.warmup is not None
-    command = playbook.warmup.command.replace("{gpu}", str(gpu)).replace("{{", "{").replace("}}", "}")
+    command = render_warmup_command(playbook.warmup.command, gpu)
     d = run_dir(run_id)
     return Script(
         f"D={d}",
@@ -148,6 +149,11 @@ def warmup_script(playbook: Playbook, run_id: str, gpu: int, *, local: bool) -> 
         Cmd("bash", "-c", command) + [Raw(f'</dev/null 2>&1 | tee -a "$D/warmup-{gpu}.log"')],
         "exit ${PIPESTATUS[0]}",
     )
+
+
+def render_warmup_command(template: str, gpu: int) -> str:
+    """Replace {gpu} in one left-to-right pass; {{ and }} are literal braces."""
+    return re.sub(r"\{\{|\}\}|\{gpu\}", lambda m: {"{{": "{", "}}": "}"}.get(m.group(0), str(gpu)), template)
 
 
 def gpu_memory_script(gpus: tuple[int, ...]) -> Script:
