@@ -18,11 +18,11 @@ FX_MESSAGE = (
 
 def warmup(gpu: int, steps: int, interval: float) -> int:
     """What a torch.compile warmup prints: one line per compiled shape."""
-    print(f"[warmup gpu{gpu}] GPUOPS_GPU={os.environ.get('GPUOPS_GPU')} compiling flex_attention", flush=True)
+    print(f"GPUOPS_GPU={os.environ.get('GPUOPS_GPU')} compiling flex_attention", flush=True)
     for i in range(1, steps + 1):
         time.sleep(interval)
-        print(f"[warmup gpu{gpu}] compiled shape {i}/{steps} (seq_len={256 * i})", flush=True)
-    print(f"[warmup gpu{gpu}] done", flush=True)
+        print(f"compiled shape {i}/{steps} (seq_len={256 * i})", flush=True)
+    print(f"warmup of GPU {gpu} done", flush=True)
     return 0
 
 
