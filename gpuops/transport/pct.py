@@ -10,7 +10,7 @@ from gpuops.transport.base import Result, Stream, Transport
 
 # pct's own words when the container is missing or stopped (REFERENCE.md).
 _MISSING = re.compile(r"Configuration file '[^']*/lxc/(\d+)\.conf' does not exist")
-_STOPPED = re.compile(r"Failed to get init pid|CT \d+ not running|is not running")
+_STOPPED = re.compile(r"Failed to get init pid|CT \d+ not running|container '?\d+'? not running|is not running")
 
 
 class PctTransport:
