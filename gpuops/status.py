@@ -62,16 +62,16 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:
         if isinstance(transport, PctTransport):
+            # Happy path: one pct call, as cheap as a raw `pct exec`; `pct status` only when exec failed.
             ct = str(target.ctid)
             host_script = Script(
-                Cmd("pct", "status", ct) + [Raw("2>&1")],
-                f'echo "{MARK}pct_rc $?"',
-                Cmd("pct", "status", ct) + [Raw("2>/dev/null | grep -q '^status: running' || exit 0")],
-                Cmd("pct", "exec", ct, "--", *bash(probe_script(sessions)).argv),
+                Cmd("pct", "exec", ct, "--", *bash(probe_script(sessions)).argv) + [Raw("2>&1")],
+                "rc=$?",
+                f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
             )
             result = transport.inner.run(bash(host_script), timeout=timeout)
-            status.container = _container_state(result.out)
             status.reachable = True
+            status.container = _container_state(result.out)
             if status.container == "running":
                 status.probe = parse_probe(result.out)
         else:
@@ -86,18 +86,20 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
 
 
 def _container_state(out: str) -> str:
+    """`running` when the probe ran inside; else what `pct status` said after the failed exec."""
     lines = out.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith(MARK + "pct_rc"):
-            rc = line.split()[-1]
-            before = [ln for ln in lines[:i] if ln.strip()]
-            for text in before:
-                if text.startswith("status:"):
-                    return text.split(":", 1)[1].strip()
-            if "does not exist" in " ".join(before):
-                return "missing"
-            return f"unknown (pct status exited {rc}: {' '.join(before)[:200]})"
-    return "unknown"
+    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
+    if not failed:
+        return "running"
+    after = lines[failed[0] + 1 :]
+    said = [ln for ln in after if ln.strip() and not ln.startswith(MARK)]
+    for text in said:
+        if text.startswith("status:"):
+            state = text.split(":", 1)[1].strip()
+            return state if state != "running" else "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
+    if "does not exist" in " ".join(said):
+        return "missing"
+    return "unknown (pct status: " + " ".join(said)[:200] + ")"
 
 
 def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:
