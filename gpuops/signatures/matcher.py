@@ -47,10 +47,11 @@ TRACEBACK_WINDOW = 500
 MAX_OPEN_TRACEBACKS = 32
 #: Excerpt bounds: lines, characters per line, characters in all.
 EXCERPT_LINES = 40
-EXCERPT_LINE_CHARS = 400
+EXCERPT_LINE_CHARS = 1000
 EXCERPT_CHARS = 8192
 
 _TB_HEADER = "Traceback (most recent call last):"
+_TB_TRIGGER = "(most recent call "  # also in faulthandler's stack headers: one search finds both
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|$)")
 _TIME_LIKE = re.compile(r"\d:\d\d")
@@ -467,21 +468,19 @@ class Matcher:
         self._rules = tuple(rules)
         self._max_line = max_line
         self._offset = start_offset  # stream offset of the next byte fed
-        self._line_no = 1  # number of the next line to start
+        self._line_no = 1  # number of the next line
+        self._done = 0  # number of the last line matched (the others were skipped)
         self._tail = b""  # start of the current partial line, at most max_line bytes
         self._tail_len = 0  # its full length so far
         self._tail_offset = 0
-        self._skip_lf = False  # the last byte fed was \r: a leading \n is part of that line end
-        self._recent: deque[bytes] = deque(maxlen=_RECENT)  # last lines, raw: header context
+        self._skip_lf = False  # the last byte fed was \r: a leading \n ends the same line
+        self._recent: deque[tuple[int, int, bytes]] = deque(maxlen=_RECENT)  # (line, offset, raw)
         self._tracebacks: list[_Traceback] = []
         self._pending: list[_Pending] = []
         self._seq = 0
-        self._has_exception_rules = any(r.kind == "exception" for r in self._rules)
-        self._check_all = any(r.kind != "exception" and not r.triggers for r in self._rules)
-        triggers = {t.encode() for r in self._rules if r.kind != "exception" for t in r.triggers}
-        if self._has_exception_rules:
-            triggers.add(_TB_HEADER.encode())
-        self._triggers = _minimal(triggers)
+        self._exceptions = any(r.kind == "exception" for r in self._rules)
+        self._waiting = tuple(r for r in self._rules if r.follow_regex is not None)
+        self._check_all, self._scanners = _scanners(self._rules)
 
     @property
     def buffered_bytes(self) -> int:
@@ -509,8 +508,7 @@ class Matcher:
             raw, offset = self._tail, self._tail_offset
             self._tail, self._tail_len = b"", 0
             pos = self._after_eol(data, end, n)
-            self._line(raw, offset, hits)
-            self._recent.append(raw)
+            self._visit(raw, offset, hits)
         last = max(data.rfind(b"\n", pos), data.rfind(b"\r", pos))
         if last >= 0:
             if last == n - 1 and data[last] == 13:
@@ -529,8 +527,7 @@ class Matcher:
         if self._tail_len:
             raw, offset = self._tail, self._tail_offset
             self._tail, self._tail_len = b"", 0
-            self._line(raw, offset, hits)
-            self._recent.append(raw)
+            self._visit(raw, offset, hits)
         self._tracebacks.clear()
         self._pending.clear()
         return hits
@@ -544,7 +541,7 @@ class Matcher:
         self._tail_len += end - start
 
     def _after_eol(self, data: bytes, end: int, n: int) -> int:
-        """Position after the line end at ``end``, noting a \\r that may pair with the next feed."""
+        """Position after the line end at ``end``, noting a \r that may pair with the next feed."""
         if data[end] == 13:
             if end + 1 == n:
                 self._skip_lf = True
@@ -578,9 +575,7 @@ class Matcher:
                 if cr < 0:
                     cr = end
             eol = min(lf, cr) if has_cr else lf
-            raw = data[pos : min(eol, pos + limit)]
-            self._line(raw, self._offset + pos, hits)
-            self._recent.append(raw)
+            self._line(data[pos : min(eol, pos + limit)], self._offset + pos, hits)
             pos = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
             if not self._busy():
                 break
@@ -589,18 +584,18 @@ class Matcher:
     def _scan_fast(self, data: bytes, start: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
         """Only the lines holding a trigger literal (or an escape sequence)."""
         found: list[int] = []
-        for lit in self._triggers:
-            p = data.find(lit, start, end)
-            while p >= 0:
-                found.append(p)
-                p = data.find(lit, p + len(lit), end)
+        for scanner in self._scanners:
+            if type(scanner) is bytes:
+                p = data.find(scanner, start, end)
+                while p >= 0:
+                    found.append(p)
+                    p = data.find(scanner, p + len(scanner), end)
+            else:
+                found.extend(m.start() for m in scanner.finditer(data, start, end))
         p = data.find(b"\x1b", start, end)
         while p >= 0:
             found.append(p)
             p = data.find(b"\x1b", _eol(data, p, end, has_cr), end)
-        if not found:
-            self._skip_lines(data, start, end, has_cr)
-            return end
         found.sort()
         pos = start
         for p in found:
@@ -609,24 +604,47 @@ class Matcher:
             lf = data.rfind(b"\n", pos, p)
             cr = data.rfind(b"\r", lf + 1 if lf >= 0 else pos, p) if has_cr else -1
             ls = max(lf, cr) + 1 or pos
-            self._skip_lines(data, pos, ls, has_cr)
+            self._skip(data, pos, ls, has_cr)
             eol = _eol(data, ls, end, has_cr)
-            raw = data[ls : min(eol, ls + self._max_line)]
-            self._line(raw, self._offset + ls, hits)
-            self._recent.append(raw)
+            self._visit(data[ls : min(eol, ls + self._max_line)], self._offset + ls, hits)
             pos = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
             if self._busy():
                 return pos
-        self._skip_lines(data, pos, end, has_cr)
+        self._skip(data, pos, end, has_cr)
         return end
 
-    def _skip_lines(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
-        """Account for complete lines that need no matching (they hold no trigger)."""
-        if start < end:
-            self._line_no += _count_eols(data, start, end, has_cr)
-            self._recent.extend(_last_lines(data, start, end, has_cr, _RECENT, self._max_line))
+    def _skip(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
+        """Count complete lines that hold no trigger; remember the last few."""
+        if start >= end:
+            return
+        self._line_no += _count_eols(data, start, end, has_cr)
+        last = _last_lines(data, start, end, has_cr, _RECENT)
+        line_no = self._line_no - len(last)
+        for ls, le in last:
+            self._recent.append((line_no, self._offset + ls, data[ls : min(le, ls + self._max_line)]))
+            line_no += 1
 
     # --- one line ---
+
+    def _visit(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
+        """Match a line after skipped ones: first start the waits they would have started."""
+        if self._waiting and self._done < self._line_no - 1 and not self._pending:
+            self._replay_waits()
+        self._line(raw, offset, hits)
+
+    def _replay_waits(self) -> None:
+        """Skipped lines that start a wait (faulthandler's "Timeout") only matter if a
+        follow-up line comes, so the scan looks for follow-ups and starts the wait here."""
+        for line_no, offset, raw in self._recent:
+            if line_no <= self._done:
+                continue
+            text = _clean(raw)
+            for p in self._pending:
+                p.lines.append(_shorten(text))
+            for rule in self._waiting:
+                if line_no + rule.follow_within >= self._line_no and rule.regex.search(text):
+                    deadline = line_no + rule.follow_within
+                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [_shorten(text)]))
 
     def _line(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
         """Match one line (the reference semantics; the fast path only skips lines)."""
@@ -637,7 +655,7 @@ class Matcher:
             self._follow(text, line_no, hits)
         body = None
         lines = None
-        if self._has_exception_rules:
+        if self._exceptions:
             body, lines = self._traceback(text, line_no)
         for rule in self._rules:
             if rule.kind == "exception":
@@ -648,13 +666,14 @@ class Matcher:
                 if not rule.regex.search(text):
                     continue
                 if rule.follow_regex is not None:
-                    self._pending.append(
-                        _Pending(rule, text, line_no, offset, line_no + rule.follow_within, [_shorten(text)])
-                    )
+                    deadline = line_no + rule.follow_within
+                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [_shorten(text)]))
                     continue
                 excerpt = _shorten(text)
             hits.append(Hit(rule.name, rule.action, rule.description, text, line_no, offset, excerpt))
             break
+        self._done = line_no
+        self._recent.append((line_no, offset, raw))
 
     def _header_context(self) -> str | None:
         """The line that says whose traceback starts here: "Exception in thread X:" or a log record.
@@ -662,7 +681,7 @@ class Matcher:
         Threads that die together print their "Exception in thread" lines and then
         their headers interleaved; the n-th header of such a run gets the n-th line.
         """
-        recent = [_clean(raw) for raw in self._recent]
+        recent = [_clean(raw) for _, _, raw in self._recent]
         threads: list[str] = []
         headers = 0
         for text in reversed(recent):
@@ -734,14 +753,41 @@ class Matcher:
         return None, None
 
 
-def _minimal(triggers: set[bytes]) -> tuple[bytes, ...]:
-    """Drop triggers that contain another trigger (the shorter one finds them)."""
-    keep = [t for t in triggers if not any(o != t and o in t for o in triggers)]
-    return tuple(sorted(keep, key=len, reverse=True))
+def _scanners(rules: Sequence[Rule]) -> tuple[bool, tuple[bytes | re.Pattern[bytes], ...]]:
+    """What the fast path searches for: (check every line?, literals and literal groups).
+
+    A rule that waits for a follow-up line is found through the follow-up's
+    literals (the wait is replayed from the last lines); literals sharing a
+    prefix are searched as one regex, which scans once for the prefix.
+    """
+    literals: set[str] = set()
+    check_all = False
+    for rule in rules:
+        if rule.kind == "exception":
+            literals.add(_TB_TRIGGER)
+            continue
+        triggers = rule.triggers
+        if rule.follow_regex is not None and rule.follow_within < _RECENT:
+            triggers = _required_literals(rule.follow_regex) or triggers
+        if not triggers:
+            check_all = True
+        literals.update(triggers)
+    encoded = {t.encode() for t in literals}
+    keep = sorted((t for t in encoded if not any(o != t and o in t for o in encoded)), key=len, reverse=True)
+    scanners: list[bytes | re.Pattern[bytes]] = []
+    groups: dict[bytes, list[bytes]] = {}
+    for lit in keep:
+        groups.setdefault(lit[:4] if len(lit) < 12 else lit, []).append(lit)
+    for members in groups.values():
+        if len(members) == 1:
+            scanners.append(members[0])
+        else:
+            scanners.append(re.compile(b"|".join(re.escape(m) for m in members)))
+    return check_all, tuple(scanners)
 
 
 def _next_eol(data: bytes, pos: int, end: int) -> int:
-    """Index of the first \\n or \\r in data[pos:end], or -1."""
+    """Index of the first \n or \r in data[pos:end], or -1."""
     lf = data.find(b"\n", pos, end)
     cr = data.find(b"\r", pos, lf if lf >= 0 else end)
     return cr if cr >= 0 else lf
@@ -759,21 +805,34 @@ def _eol(data: bytes, pos: int, end: int, has_cr: bool) -> int:
     return lf
 
 
+_CRLF = re.compile(b"\r\n")
+_NOT_EOL = bytes(b for b in range(256) if b not in (10, 13))
+
+
 def _count_eols(data: bytes, start: int, end: int, has_cr: bool) -> int:
-    """Line ends in data[start:end]; \\r\\n counts once (never split by start or end here)."""
-    if start >= end:
-        return 0
-    n = data.count(b"\n", start, end)
-    if has_cr:
-        cr = data.count(b"\r", start, end)
-        if cr:
-            n += cr - data.count(b"\r\n", start, end)
-    return n
+    """Line ends in data[start:end]; \r\n counts once (never split by start or end here)."""
+    if not has_cr:
+        return data.count(b"\n", start, end)
+    outside = len(data) - (end - start)
+    if outside * 8 < end - start:
+        # Most of the buffer: one translate pass beats counting \n and \r separately.
+        eols = data.translate(None, _NOT_EOL)
+        n = len(eols) - _count_cr_lf(data, 0, start) - _count_cr_lf(data, end, len(data))
+        if b"\r\n" not in eols:
+            return n
+    else:
+        n = _count_cr_lf(data, start, end)
+    m = _CRLF.search(data, start, end)  # a regex finds \r\n faster than bytes.count
+    return n - (data.count(b"\r\n", m.start(), end) if m else 0)
 
 
-def _last_lines(data: bytes, start: int, end: int, has_cr: bool, k: int, limit: int) -> list[bytes]:
-    """The last k complete lines of data[start:end] (which ends with a line end), oldest first."""
-    out: list[bytes] = []
+def _count_cr_lf(data: bytes, start: int, end: int) -> int:
+    return data.count(b"\n", start, end) + data.count(b"\r", start, end) if start < end else 0
+
+
+def _last_lines(data: bytes, start: int, end: int, has_cr: bool, k: int) -> list[tuple[int, int]]:
+    """(start, end) of the last k complete lines of data[start:end], oldest first."""
+    out: list[tuple[int, int]] = []
     stop = end
     while stop > start and len(out) < k:
         le = stop - 1
@@ -782,7 +841,7 @@ def _last_lines(data: bytes, start: int, end: int, has_cr: bool, k: int, limit: 
         lf = data.rfind(b"\n", start, le)
         cr = data.rfind(b"\r", lf + 1 if lf >= 0 else start, le) if has_cr else -1
         ls = max(lf, cr) + 1 or start
-        out.append(data[ls : min(le, ls + limit)])
+        out.append((ls, le))
         stop = ls
     out.reverse()
     return out

@@ -1,0 +1,475 @@
+"""The signature matcher on real failure texts: samples, chunking, bounds, the fast path."""
+
+from __future__ import annotations
+
+import random
+import re
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from gpuops.signatures import Hit, Matcher, Rule, builtin_rules, regex_rule
+from gpuops.signatures import matcher as matcher_mod
+
+LOGS = Path(__file__).parent / "data" / "logs"
+FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is not supported at the moment."
+LOSS_NAN = regex_rule("loss-nan", r"loss (nan|inf)\b")
+
+# sample -> expected (rule, line number) of every hit
+EXPECTED = {
+    "fx_race_thread.txt": [("fx-tracing-race", 12)],
+    "fx_race_interleaved.txt": [("fx-tracing-race", 36), ("fx-tracing-race", 37), ("fx-tracing-race", 38)],
+    "fx_race_caught.txt": [("fx-tracing-race", 10)],
+    "fx_race_tqdm.txt": [("fx-tracing-race", 17)],
+    "fx_race_rank_prefix.txt": [("fx-tracing-race", 10)],
+    "oom.txt": [("cuda-oom", 17)],
+    "device_assert.txt": [("cuda-error", 19)],
+    "illegal_memory_access.txt": [("cuda-error", 7)],
+    "nccl_watchdog.txt": [("nccl-watchdog-timeout", 2)],
+    "nccl_error.txt": [("nccl-error", 12)],
+    "backend_compiler_failed.txt": [("compile-failed", 12)],
+    "inductor_error.txt": [("compile-failed", 8)],
+    "segfault_fatal_python.txt": [("segfault", 2)],
+    "segfault_bash.txt": [("segfault", 3)],
+    "faulthandler_timeout.txt": [("faulthandler-timeout", 2)],
+    "recompile_limit.txt": [("recompile-limit", 2)],
+    "mentions.txt": [],
+    "clean_training.txt": [],
+}
+
+
+class LineByLine(Matcher):
+    """The reference: every line goes through the per-line matcher, no prefilter."""
+
+    def _busy(self) -> bool:
+        return True
+
+
+def scan(data: bytes, rules=None, *, cls=Matcher, sizes=None, **kw) -> list[Hit]:
+    """All hits of data fed whole (sizes None), in chunks of a fixed size, or in given sizes."""
+    m = cls(builtin_rules() + [LOSS_NAN] if rules is None else rules, **kw)
+    hits: list[Hit] = []
+    if sizes is None:
+        hits += m.feed(data)
+    else:
+        pos = 0
+        it = iter(sizes) if not isinstance(sizes, int) else None
+        while pos < len(data):
+            n = sizes if it is None else next(it)
+            hits += m.feed(data[pos : pos + n])
+            pos += n
+    return hits + m.finish()
+
+
+def lines_of(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, raw) of every line, split independently of the matcher."""
+    out = []
+    pos = 0
+    for m in re.finditer(rb"\r\n|\r|\n", data):
+        out.append((pos, data[pos : m.start()]))
+        pos = m.end()
+    if pos < len(data):
+        out.append((pos, data[pos:]))
+    return out
+
+
+def random_sizes(seed: int, total: int) -> list[int]:
+    rnd = random.Random(seed)
+    sizes = []
+    while sum(sizes) < total:
+        sizes.append(rnd.choice([1, 2, 3, 7, 64, 500, 4096, rnd.randint(1, 20000)]))
+    return sizes
+
+
+def sample(name: str) -> bytes:
+    return (LOGS / name).read_bytes()
+
+
+# --- the samples ---
+
+
+def test_every_expected_sample_exists_and_no_other():
+    assert sorted(p.name for p in LOGS.glob("*.txt")) == sorted(EXPECTED)
+
+
+def test_fx_race_thread_sample_is_reference_text():
+    text = sample("fx_race_thread.txt").decode()
+    assert text.startswith("Exception in thread drafter-1:\nTraceback (most recent call last):\n")
+    assert text.endswith(FX + "\n")
+    assert '  File ".../torch/_dynamo/eval_frame.py", line 1120, in compile_wrapper\n' in text
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_sample_hits(name):
+    data = sample(name)
+    hits = scan(data)
+    assert [(h.rule, h.line_number) for h in hits] == EXPECTED[name]
+    lines = lines_of(data)
+    for hit in hits:
+        offset, raw = lines[hit.line_number - 1]
+        assert hit.offset == offset
+        assert hit.line == raw.decode("utf-8", "replace")
+        assert hit.line in hit.excerpt
+        assert hit.action == ("warn" if hit.rule == "recompile-limit" else "abort")
+        assert hit.description
+
+
+@pytest.mark.parametrize("name", [n for n, e in EXPECTED.items() if e and e[0][0] in {r.name for r in builtin_rules() if r.kind == "exception"}])
+def test_exception_excerpt_runs_from_header_to_exception_line(name):
+    for hit in scan(sample(name)):
+        lines = hit.excerpt.splitlines()
+        assert any(line.endswith("Traceback (most recent call last):") for line in lines)
+        assert lines[-1] == hit.line
+        assert len(lines) <= matcher_mod.EXCERPT_LINES
+        assert len(hit.excerpt) <= matcher_mod.EXCERPT_CHARS
+
+
+def test_interleaved_threads_each_get_their_own_traceback():
+    hits = scan(sample("fx_race_interleaved.txt"))
+    for i, hit in enumerate(hits, 1):
+        lines = hit.excerpt.splitlines()
+        assert lines[0] == f"Exception in thread drafter-{i}:"
+        assert lines[1] == "Traceback (most recent call last):"
+        assert sum(line.startswith("  File ") for line in lines) == 4
+
+
+def test_caught_excerpt_names_the_logging_record():
+    (hit,) = scan(sample("fx_race_caught.txt"))
+    assert hit.excerpt.splitlines()[0].endswith("ERROR [drafter-2] compile failed, falling back to eager")
+
+
+def test_rank_prefix_stripped_for_matching_kept_in_line():
+    (hit,) = scan(sample("fx_race_rank_prefix.txt"))
+    assert hit.line == "[rank0]: " + FX
+
+
+def test_builtin_rule_names_and_order():
+    names = [r.name for r in builtin_rules()]
+    assert names == [
+        "fx-tracing-race",
+        "cuda-oom",
+        "cuda-error",
+        "nccl-watchdog-timeout",
+        "nccl-error",
+        "compile-failed",
+        "segfault",
+        "faulthandler-timeout",
+        "recompile-limit",
+    ]
+    for rule in builtin_rules():
+        assert rule.description and "\n" not in rule.description
+        assert rule.action in ("abort", "warn")
+
+
+# --- tracebacks ---
+
+
+def tb(exc_line: str, prefix: str = "", frames: int = 2, first_prefix: str | None = None) -> str:
+    first = prefix if first_prefix is None else first_prefix
+    lines = [first + "Traceback (most recent call last):"]
+    for i in range(frames):
+        lines += [prefix + f'  File "/root/x.py", line {i + 1}, in f{i}', prefix + f"    f{i + 1}()"]
+    return "\n".join(lines + [prefix + exc_line]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'INFO config: abort_patterns=["RuntimeError: Detected that you are using FX ..."]\n',
+        'INFO note: if you see "RuntimeError: Detected that you are using FX to symbolically trace..." upgrade torch\n',
+        "    msg = 'RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function'\n",
+        FX + "\n",
+        "step 1\n" + FX + "\n",
+        'print("Traceback (most recent call last):")\n' + FX + "\n",
+    ],
+)
+def test_mentions_do_not_match(text):
+    assert scan(text.encode()) == []
+
+
+def test_exception_line_needs_a_recent_header():
+    far = "Traceback (most recent call last):\n" + "  File \"x\", line 1, in f\n" + "other line\n" * 600 + FX + "\n"
+    assert scan(far.encode()) == []
+    window = "Traceback (most recent call last):\n" + "  File \"x\", line 1, in f\n" + "other line\n" * 400 + FX + "\n"
+    assert [h.line_number for h in scan(window.encode())] == [403]
+
+
+def test_header_prefix_on_the_traceback_line_only():
+    text = tb(FX, first_prefix="2026-11-29 10:00:01,234 ERROR [drafter-2] ")
+    (hit,) = scan(text.encode())
+    assert hit.excerpt.splitlines()[0].startswith("2026-11-29 10:00:01,234 ERROR [drafter-2] Traceback")
+
+
+def test_timestamp_prefix_on_every_line_varies():
+    lines = tb(FX).splitlines()
+    text = "".join(f"2026-11-29T10:00:{i:02d}.{i * 7:03d}Z stderr F {line}\n" for i, line in enumerate(lines))
+    (hit,) = scan(text.encode())
+    assert hit.line_number == len(lines)
+
+
+def test_two_ranks_interleaved():
+    a = tb(FX, prefix="[rank0]: ").splitlines()
+    b = tb("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", prefix="[rank1]: ").splitlines()
+    text = "".join(x + "\n" + y + "\n" for x, y in zip(a, b))
+    hits = scan(text.encode())
+    assert [h.rule for h in hits] == ["fx-tracing-race", "cuda-oom"]
+    assert all("[rank1]" not in line for line in hits[0].excerpt.splitlines())
+    assert all("[rank0]" not in line for line in hits[1].excerpt.splitlines())
+
+
+def test_chained_exception_and_multiline_message():
+    text = (
+        tb("KeyError: 'x'")
+        + "\nThe above exception was the direct cause of the following exception:\n\n"
+        + tb("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:")
+        + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    hits = scan(text.encode())
+    assert [h.rule for h in hits] == ["compile-failed"]
+    assert "KeyError" not in hits[0].excerpt
+
+
+def test_other_output_between_traceback_lines():
+    lines = tb(FX).splitlines()
+    noisy = []
+    for line in lines:
+        noisy += [line, "2026-11-29 10:00:01,240 INFO step 7 loss 2.1"]
+    (hit,) = scan(("\n".join(noisy) + "\n").encode())
+    assert "INFO step" not in hit.excerpt
+
+
+def test_deep_traceback_excerpt_is_bounded():
+    (hit,) = scan(tb(FX, frames=2000).encode())
+    lines = hit.excerpt.splitlines()
+    assert len(lines) <= matcher_mod.EXCERPT_LINES
+    assert len(hit.excerpt) <= matcher_mod.EXCERPT_CHARS
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-1] == FX
+    assert any("lines not shown" in line for line in lines)
+
+
+def test_open_tracebacks_are_bounded():
+    m = Matcher(builtin_rules())
+    m.feed(b"Traceback (most recent call last):\n" * 1000)
+    assert len(m._tracebacks) <= matcher_mod.MAX_OPEN_TRACEBACKS
+
+
+# --- line rules ---
+
+
+def test_faulthandler_timeout_needs_a_stack_soon_after():
+    stack = 'Thread 0x00007f2b8effd640 (most recent call first):\n  File "x.py", line 1 in f\n'
+    assert [h.rule for h in scan(("Timeout (0:04:00)!\n" + stack).encode())] == ["faulthandler-timeout"]
+    assert [h.rule for h in scan(("Timeout (0:00:02.500000)!\nCurrent thread 0x00007f3d (most recent call first):\n").encode())] == [
+        "faulthandler-timeout"
+    ]
+    assert scan(b"Timeout (0:04:00)!\nstep 1\nstep 2\n") == []
+    assert [h.line_number for h in scan(("x\nTimeout (0:04:00)!\n" + "a\n" * 4 + stack).encode())] == [2]
+    assert scan(("Timeout (0:04:00)!\n" + "a\n" * 5 + stack).encode()) == []
+
+
+def test_faulthandler_hit_across_feeds():
+    m = Matcher(builtin_rules())
+    assert m.feed(b"step 1\nTimeout (0:04:00)!\nstep") == []
+    (hit,) = m.feed(b" 2\nThread 0x00007f2b8effd640 (most recent call first):\n")
+    assert (hit.rule, hit.line_number, hit.offset) == ("faulthandler-timeout", 2, 7)
+    assert hit.excerpt.splitlines()[0] == "Timeout (0:04:00)!"
+
+
+@pytest.mark.parametrize(
+    "line, rule",
+    [
+        ("Fatal Python error: Aborted", "segfault"),
+        ("[rank3]: Fatal Python error: Segmentation fault", "segfault"),
+        ("Segmentation fault (core dumped)", "segfault"),
+        ("bash: line 1:  4242 Segmentation fault      (core dumped) python train.py", "segfault"),
+        ("[1]+  Segmentation fault      (core dumped) python train.py", "segfault"),
+        ("note: Fatal Python error: is printed by faulthandler", None),
+        ("grep 'Segmentation fault' old.log", None),
+        ("Segmentation fault handling is documented", None),
+        ("W1129 10:50:01.345000 4242 torch/_dynamo/convert_frame.py:1551] [2/8] torch._dynamo hit config.cache_size_limit (8)", "recompile-limit"),
+        ("hint: torch._dynamo hit config.recompile_limit means warmup missed a shape", None),
+        ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)", "nccl-watchdog-timeout"),
+    ],
+)
+def test_line_rules(line, rule):
+    assert [h.rule for h in scan((line + "\n").encode())] == ([rule] if rule else [])
+
+
+def test_playbook_regex_rule():
+    assert [h.rule for h in scan(b"step 12 loss nan\n")] == ["loss-nan"]
+    assert [h.rule for h in scan(b"step 12 loss inf lr 3e-4\n")] == ["loss-nan"]
+    assert scan(b"step 12 loss nanny\n") == []
+    assert LOSS_NAN.triggers == ("loss inf", "loss nan")
+
+
+def test_warn_and_abort_actions():
+    rules = [regex_rule("slow", r"tok/s [0-9]{1,3}$", action="warn"), regex_rule("nan", r"loss nan")]
+    hits = scan(b"step 1 loss nan tok/s 48211\nstep 2 loss 2.0 tok/s 951\n", rules)
+    assert [(h.rule, h.action) for h in hits] == [("nan", "abort"), ("slow", "warn")]
+
+
+def test_first_matching_rule_wins_per_line():
+    rules = [regex_rule("first", r"loss"), regex_rule("second", r"nan")]
+    assert [h.rule for h in scan(b"loss nan\nnan\n", rules)] == ["first", "second"]
+
+
+def test_bad_regex_rule():
+    with pytest.raises(ValueError, match=r"rule 'broken': bad pattern 'loss \(nan'"):
+        regex_rule("broken", r"loss (nan")
+    with pytest.raises(ValueError, match="action must be abort or warn"):
+        regex_rule("x", "y", action="kill")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Rule("x", "grep", "abort", "d", "y")
+
+
+def test_required_literals():
+    lits = matcher_mod._required_literals
+    assert lits(re.compile(r"Watchdog caught (collective)? timeout")) == ("Watchdog caught ",)
+    assert lits(re.compile(r"^x(ab|cd)\d+Error: (CUDA|NCCL) error")) == ("Error: CUDA error", "Error: NCCL error")
+    assert lits(re.compile(r"foo|barbaz")) == ("barbaz", "foo")
+    assert lits(re.compile(r"^\d+$")) == ()
+    assert lits(re.compile(r"(?i)loss nan")) == ()
+    assert lits(re.compile(r"(?i:loss) nan")) == (" nan",)  # only the case-sensitive part
+
+
+def test_rule_without_literals_checks_every_line():
+    rules = [regex_rule("digits", r"^\d+$")]
+    assert rules[0].triggers == ()
+    text = b"a\r12\r\nb\x1b[1m34\x1b[0m\n56"
+    assert [(h.line_number, h.line) for h in scan(text, rules)] == [(2, "12"), (4, "56")]
+
+
+# --- bytes, lines, offsets ---
+
+
+def test_line_ends_cr_crlf_lf_and_offsets():
+    data = b"a\rb\r\nc\nd\r\re\n" + FX.encode() + b"\n"
+    rules = [regex_rule("any", r"^[a-e]$")]
+    hits = scan(data, rules, start_offset=1000)
+    assert [(h.line, h.line_number, h.offset) for h in hits] == [
+        ("a", 1, 1000),
+        ("b", 2, 1002),
+        ("c", 3, 1005),
+        ("d", 4, 1007),
+        ("e", 6, 1010),
+    ]
+
+
+def test_crlf_split_across_feeds_is_one_line_end():
+    m = Matcher([regex_rule("x", "^x$")])
+    assert m.feed(b"a\r") == []
+    assert m.feed(b"\nx\r") == [Hit("x", "abort", m._rules[0].description, "x", 2, 3, "x")]
+    assert m.feed(b"\n\nx") == []
+    assert [(h.line_number, h.offset) for h in m.finish()] == [(4, 7)]
+
+
+def test_tqdm_carriage_returns_then_traceback():
+    bar = "".join(f"\r {p}%|███▏      | {p}/100 [00:04<00:05, 9.8it/s]" for p in range(30, 43))
+    data = ("epoch 1\n" + bar + "\r" + tb(FX)).encode()
+    (hit,) = scan(data)
+    assert hit.line_number == 1 + 1 + 13 + 6  # "epoch 1", the empty line before the first \r, bars, traceback
+
+
+def test_ansi_escapes_removed():
+    red = tb("\x1b[31mRuntime\x1b[0mError: CUDA error: device-side assert triggered\x1b[0m\x1b[K")
+    osc = "\x1b]0;training\x07step 3 lo\x1b[1mss nan\n"
+    hits = scan((red + osc).encode())
+    assert [(h.rule, h.line) for h in hits] == [
+        ("cuda-error", "RuntimeError: CUDA error: device-side assert triggered"),
+        ("loss-nan", "step 3 loss nan"),
+    ]
+
+
+def test_invalid_utf8_tolerated():
+    data = b"\xff\xfe garbage \xc3\n" + tb("torch.OutOfMemoryError: CUDA out of memory. \xe9").encode("latin-1")
+    (hit,) = scan(data)
+    assert hit.rule == "cuda-oom"
+    assert hit.line.endswith("memory. \ufffd")
+
+
+def test_ten_megabyte_line_without_newline_is_not_buffered():
+    m = Matcher(builtin_rules(), max_line=4096)
+    piece = b"x" * 65536
+    tracemalloc.start()
+    for _ in range(160):  # 10 MiB
+        assert m.feed(piece) == []
+        assert m.buffered_bytes <= 4096
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 1 << 20
+    trace = tb(FX).encode()
+    hits = m.feed(b"\n" + trace) + m.finish()
+    assert [(h.rule, h.line_number, h.offset) for h in hits] == [
+        ("fx-tracing-race", 7, 160 * 65536 + 1 + trace.index(FX.encode()))
+    ]
+
+
+def test_long_line_keeps_only_its_start():
+    rules = [regex_rule("nan", "loss nan")]
+    early = b"loss nan" + b"x" * (10 << 20) + b"\n"
+    late = b"x" * (10 << 20) + b"loss nan\n"
+    assert [h.line_number for h in scan(early + late, rules, max_line=1000)] == [1]
+    (hit,) = scan(early, rules, max_line=1000)
+    assert len(hit.line) == 1000
+    assert [h.line_number for h in scan(early + late, rules, max_line=1000, sizes=1 << 16)] == [1]
+
+
+# --- chunking and the fast path ---
+
+
+def mixed_log(seed: int) -> bytes:
+    """Random mix of samples, tqdm bars, CRLF, ANSI, invalid bytes and near-misses."""
+    rnd = random.Random(seed)
+    parts = [sample(n) for n in EXPECTED]
+    extra = [
+        b"2026-11-29 10:00:00,000 INFO step 5 loss 2.3 tok/s 48211\n",
+        b"\r 42%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x8f      | 42/100 [00:04<00:05, 9.8it/s]",
+        b"step 9 loss nan\r\n",
+        b"\x1b[33mWARNING\x1b[0m grad norm 12.3\r\n",
+        b"\xff\xfe broken \xc3(\n",
+        b"Timeout (0:04:00)!\n",
+        b"Thread 0x00007f2b8effd640 (most recent call first):\n",
+        b"Traceback (most recent call last):\n",
+        b'  File "x.py", line 1, in f\n',
+        FX.encode() + b"\n",
+        b"\r",
+        b"\n",
+        b"[rank0]: Traceback (most recent call last):\n",
+        b"Exception in thread drafter-9:\n",
+    ]
+    out = []
+    for _ in range(300):
+        out.append(rnd.choice(parts) if rnd.random() < 0.15 else rnd.choice(extra))
+    return b"".join(out)
+
+
+def test_chunk_sizes_give_identical_hits():
+    data = b"".join(sample(n) for n in sorted(EXPECTED))
+    whole = scan(data)
+    assert [h.rule for h in whole] == [rule for n in sorted(EXPECTED) for rule, _ in EXPECTED[n]]
+    for size in range(1, 130):
+        assert scan(data, sizes=size) == whole, size
+    for seed in range(20):
+        assert scan(data, sizes=random_sizes(seed, len(data))) == whole, seed
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_path_matches_line_by_line_reference(seed):
+    data = mixed_log(seed)
+    reference = scan(data, cls=LineByLine)
+    assert scan(data) == reference
+    assert scan(data, sizes=random_sizes(seed, len(data))) == reference
+    assert scan(data, sizes=1 + seed % 5) == reference
+    lines = lines_of(data)
+    for hit in reference:
+        offset, raw = lines[hit.line_number - 1]
+        assert hit.offset == offset
+        assert hit.line == matcher_mod._clean(raw)
+
+
+def test_fast_path_matches_reference_on_samples():
+    for name in EXPECTED:
+        data = sample(name)
+        assert scan(data) == scan(data, cls=LineByLine), name
