@@ -8,7 +8,7 @@ import os
 import threading
 from typing import Any
 
-import paramiko
+from gpuops.transport._paramiko import paramiko
 
 from gpuops.errors import ChangedHostKey, UnknownHostKey
 

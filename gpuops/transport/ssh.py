@@ -1,8 +1,9 @@
-"""An SSH host: one fabric connection per host, commands on raw paramiko channels."""
+"""An SSH host: one paramiko connection per host (jump hosts chained), commands on raw channels."""
 
 from __future__ import annotations
 
 import errno
+import getpass
 import os
 import select
 import socket
@@ -10,7 +11,7 @@ import threading
 import time
 from typing import Any, Mapping
 
-import paramiko
+from gpuops.transport._paramiko import paramiko
 
 from gpuops.command import Cmd
 from gpuops.config.model import Host
@@ -105,7 +106,7 @@ class SshTransport:
 
     def connect(self) -> None:
         with self._lock:
-            if self._conn is not None and self._conn.is_connected:
+            if self._conn is not None and self._conn.is_active():
                 return
             self._drop()
             self._conn = self._connect_with_retries()
@@ -137,7 +138,7 @@ class SshTransport:
             reraise=True,
         )
         try:
-            return retrying(self._connect_once)
+            conn = retrying(self._connect_once)
         except GpuopsError:
             raise
         except paramiko.AuthenticationException as exc:
@@ -148,69 +149,11 @@ class SshTransport:
                 f"cannot connect to {self._where()}: {_describe(exc)} (gave up after {self.retry_time:g}s of retries)",
                 hint="check the address and port in the inventory, and that sshd is running",
             ) from None
-
-    def _connect_once(self) -> Any:
-        conn = self._build(self.host, ())
-        try:
-            conn.open()
-        except paramiko.BadHostKeyException as exc:
-            raise changed_key_error(self._key_owner(conn, exc), exc, self._known_hosts_of(conn, exc)) from None
-        except BaseException:
-            try:
-                conn.close()
-            except Exception:  # the half-open connection is discarded either way
-                pass
-            raise
-        transport = conn.client.get_transport()
-        transport.set_keepalive(15)
         self.connections_made += 1
         return conn
 
-    def _build(self, host: Host, seen: tuple[str, ...]) -> Any:
-        """A fabric Connection (and its gateways), with our host-key policy on every hop."""
-        from fabric import Config, Connection
-
-        gateway: Any = None
-        if host.jump:
-            gateway = self._build(self.hosts[host.jump], seen + (host.name,))
-        kwargs: dict[str, Any] = {
-            "banner_timeout": host.connect_timeout,
-            "auth_timeout": host.connect_timeout,
-            "channel_timeout": host.connect_timeout,
-        }
-        if host.identity_file:
-            kwargs["key_filename"] = [os.path.expanduser(host.identity_file)]
-        conn = Connection(
-            host=host.address or host.name,
-            user=host.user,
-            port=host.port,
-            config=Config(),
-            connect_timeout=host.connect_timeout,
-            connect_kwargs=kwargs,
-            gateway=gateway,
-        )
-        hop: Any = conn
-        while hop is not None and not isinstance(hop, str):
-            owner = host if hop is conn else _host_for(hop, self.hosts, host)
-            hop.client.set_missing_host_key_policy(HostKeyPolicy(owner.name, owner.host_key_policy, owner.known_hosts))
-            load_known_hosts(hop.client, owner.known_hosts)
-            hop._gpuops_host = owner
-            hop = hop.gateway
-        return conn
-
-    def _key_owner(self, conn: Any, exc: Any) -> str:
-        return self._hop_for(conn, exc).name
-
-    def _known_hosts_of(self, conn: Any, exc: Any) -> str:
-        return self._hop_for(conn, exc).known_hosts
-
-    def _hop_for(self, conn: Any, exc: Any) -> Host:
-        hop = conn
-        while hop is not None and not isinstance(hop, str):
-            if hop.host == exc.hostname or exc.hostname.startswith(f"[{hop.host}]"):
-                return hop._gpuops_host
-            hop = hop.gateway
-        return self.host
+    def _connect_once(self) -> Any:
+        return _Connection.open(self.host, self.hosts)
 
     def _where(self) -> str:
         address = self.host.address or self.host.name
@@ -223,11 +166,9 @@ class SshTransport:
 
     def _transport(self) -> paramiko.Transport:
         self.connect()
-        transport = self._conn.client.get_transport()
-        if transport is None or not transport.is_active():
+        if not self._conn.is_active():
             self.reconnect()
-            transport = self._conn.client.get_transport()
-        return transport
+        return self._conn.transport()
 
     # -- commands --------------------------------------------------------------------
 
@@ -277,14 +218,6 @@ class SshTransport:
         return SshStream(chan)
 
 
-def _host_for(hop: Any, hosts: Mapping[str, Host], fallback: Host) -> Host:
-    """The inventory host a fabric gateway stands for (ssh_config ProxyJump hops get defaults)."""
-    for h in hosts.values():
-        if (h.address or h.name) == hop.host:
-            return h
-    return Host(name=hop.host, known_hosts=fallback.known_hosts, host_key_policy=fallback.host_key_policy)
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return "connection refused"
@@ -292,3 +225,79 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
+
+
+class _Connection:
+    """A connected SSHClient and the clients of its jump hosts (closed together)."""
+
+    def __init__(self, clients: list[Any]) -> None:
+        self.clients = clients  # jump hosts first, the target host last
+
+    def transport(self) -> paramiko.Transport:
+        return self.clients[-1].get_transport()
+
+    def is_active(self) -> bool:
+        transport = self.clients[-1].get_transport()
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        for client in reversed(self.clients):
+            client.close()
+
+    @classmethod
+    def open(cls, host: Host, hosts: Mapping[str, Host]) -> "_Connection":
+        """Resolve ~/.ssh/config, connect through the jump chain, check every hop's key."""
+        clients: list[Any] = []
+        try:
+            _connect_chain(host, hosts, clients, ())
+        except BaseException:
+            cls(clients).close()
+            raise
+        conn = cls(clients)
+        conn.transport().set_keepalive(15)
+        return conn
+
+
+def _ssh_config() -> Any:
+    path = os.path.expanduser("~/.ssh/config")
+    return paramiko.SSHConfig.from_path(path) if os.path.isfile(path) else paramiko.SSHConfig()
+
+
+def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], seen: tuple[str, ...]) -> None:
+    """Connect to `host`, through its jump host (inventory `jump`, else ~/.ssh/config ProxyJump)."""
+    alias = host.address or host.name
+    cfg = _ssh_config().lookup(alias)
+    hostname = cfg.get("hostname", alias)
+    port = host.port or int(cfg.get("port", 22))
+    user = host.user or cfg.get("user") or getpass.getuser()
+    keys = [os.path.expanduser(host.identity_file)] if host.identity_file else [os.path.expanduser(k) for k in cfg.get("identityfile", [])]
+    jump: Host | None = None
+    if host.jump:
+        jump = hosts[host.jump]
+    elif cfg.get("proxyjump") and cfg["proxyjump"].lower() != "none" and not seen:
+        hop = cfg["proxyjump"].split(",")[-1]
+        hop_user, _, rest = hop.rpartition("@")
+        hop_host, _, hop_port = rest.partition(":")
+        jump = Host(name=hop_host, address=hop_host, user=hop_user or None, port=int(hop_port) if hop_port else None,
+                    known_hosts=host.known_hosts, host_key_policy=host.host_key_policy, connect_timeout=host.connect_timeout)
+    sock = None
+    if jump is not None:
+        _connect_chain(jump, hosts, clients, seen + (host.name,))
+        try:
+            sock = clients[-1].get_transport().open_channel(
+                "direct-tcpip", (hostname, port), ("127.0.0.1", 0), timeout=host.connect_timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise ConnectError(host.name, f"jump host {jump.name} could not reach {hostname}:{port} ({exc.text})") from None
+    client = paramiko.SSHClient()
+    load_known_hosts(client, host.known_hosts)
+    client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, host.known_hosts))
+    clients.append(client)
+    try:
+        client.connect(
+            hostname, port=port, username=user, key_filename=keys or None, sock=sock,
+            timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
+            auth_timeout=host.connect_timeout, channel_timeout=host.connect_timeout,
+        )
+    except paramiko.BadHostKeyException as exc:
+        raise changed_key_error(host.name, exc, host.known_hosts) from None
