@@ -6,7 +6,6 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from gpuops import tmux
 from gpuops.command import Script
 from gpuops.gpus import QUERY_APPS, QUERY_GPUS, Gpu, SmiError, parse_gpus
 from gpuops.runs import RunInfo

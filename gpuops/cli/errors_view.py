@@ -22,7 +22,7 @@ def show_error(message: str, hint: str | None, exc: Any) -> None:
 
 
 def _findings_table(findings: list[Any], thresholds: dict[str, Any]) -> str:
-    rows = [("GPU", "memory used", f"limit", "util", "limit", "procs", "verdict")]
+    rows = [("GPU", "memory used", "limit", "util", "limit", "procs", "verdict")]
     for f in findings:
         rows.append((
             str(f.index),
