@@ -21,10 +21,14 @@ Rule kinds:
   within ``follow_within`` lines after it must match ``follow`` as well.
 * ``regex``: a playbook rule, searched in each line (see ``regex_rule``).
 
-Speed: most of a training log matches nothing. The matcher searches each chunk
-for the rules' trigger literals with ``bytes.find`` and counts line ends with
-``bytes.count``; only the lines around a trigger (and every line while a
-traceback is open) are decoded and matched one by one.
+Speed: most of a training log matches nothing, so the matcher works on whole
+chunks with C-speed primitives: ``bytes.find`` for each rule's trigger literals
+(a regex for literals sharing a prefix), ``bytes.translate``/``count`` for the
+line ends. Only lines holding a trigger or an escape sequence, and every line
+while a traceback or a wait is open, are decoded and matched one by one, by the
+same code that would match every line; the result is identical either way
+(tests compare the two). A rule whose regex has no literal text is checked on
+every line, which is several times slower.
 """
 
 from __future__ import annotations
@@ -65,9 +69,14 @@ _RANK = r"(?:\[(?:rank|default)\d+\]:\s?)?"
 class Rule:
     """A named signature; ``pattern`` is a Python regex over a cleaned line.
 
+    ``exception`` rules match it at the start of a traceback's exception line
+    (prefix stripped); ``line`` and ``regex`` rules search it anywhere in a line.
     ``triggers`` are literal strings of which every line the rule can match
     contains at least one; the matcher skips lines without any. Empty means
     unknown: every line is then checked (slower). Exception rules need none.
+    ``follow``/``follow_within``: the hit only counts if one of the next
+    ``follow_within`` lines matches ``follow``; it is reported then, with the
+    first line's number and offset.
     """
 
     name: str
@@ -470,7 +479,7 @@ class Matcher:
         self._offset = start_offset  # stream offset of the next byte fed
         self._line_no = 1  # number of the next line
         self._done = 0  # number of the last line matched (the others were skipped)
-        self._tail = b""  # start of the current partial line, at most max_line bytes
+        self._tail = bytearray()  # start of the current partial line, at most max_line bytes
         self._tail_len = 0  # its full length so far
         self._tail_offset = 0
         self._skip_lf = False  # the last byte fed was \r: a leading \n ends the same line
@@ -505,8 +514,8 @@ class Matcher:
                 self._offset += n
                 return hits
             self._extend_tail(data, pos, end)
-            raw, offset = self._tail, self._tail_offset
-            self._tail, self._tail_len = b"", 0
+            raw, offset = bytes(self._tail), self._tail_offset
+            self._tail, self._tail_len = bytearray(), 0
             pos = self._after_eol(data, end, n)
             self._visit(raw, offset, hits)
         last = max(data.rfind(b"\n", pos), data.rfind(b"\r", pos))
@@ -525,8 +534,8 @@ class Matcher:
         """End of stream: match the last partial line, drop open tracebacks and waits."""
         hits: list[Hit] = []
         if self._tail_len:
-            raw, offset = self._tail, self._tail_offset
-            self._tail, self._tail_len = b"", 0
+            raw, offset = bytes(self._tail), self._tail_offset
+            self._tail, self._tail_len = bytearray(), 0
             self._visit(raw, offset, hits)
         self._tracebacks.clear()
         self._pending.clear()
