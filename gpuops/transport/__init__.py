@@ -2,23 +2,43 @@
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from typing import Any
 
 from gpuops.config.model import Inventory, Target
+from gpuops.errors import UsageError
 from gpuops.transport.base import Result, Stream, Transport
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
 
 __all__ = ["Pool", "Result", "Stream", "Transport", "LocalTransport", "PctTransport", "dry_transport"]
 
+RETRY_TIME = 30.0
+RETRY_TIME_ENV = "GPUOPS_CONNECT_RETRY_TIME"
+
+
+def retry_time_from_env() -> float:
+    """Seconds to keep retrying transient connect failures: GPUOPS_CONNECT_RETRY_TIME, else 30 (CI budgets)."""
+    text = os.environ.get(RETRY_TIME_ENV, "").strip()
+    if not text:
+        return RETRY_TIME
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise UsageError(f"{RETRY_TIME_ENV}={text!r}: expected seconds, a number >= 0")
+    return value
+
 
 class Pool:
     """Host transports shared by every target of one invocation: one SSH connection per host."""
 
-    def __init__(self, inventory: Inventory, *, retry_time: float = 30.0) -> None:
+    def __init__(self, inventory: Inventory, *, retry_time: float | None = None) -> None:
         self.inventory = inventory
-        self.retry_time = retry_time
+        self.retry_time = retry_time_from_env() if retry_time is None else retry_time
         self._hosts: dict[str, Any] = {}
         self._lock = threading.Lock()
 
