@@ -22,9 +22,12 @@ def probe_script(sessions: tuple[str, ...] | None) -> Script:
     return Script(
         'G="$HOME/.gpuops"',
         f'echo "{MARK}now $(date +%s)"',
+        # The two nvidia-smi queries run side by side: each call initialises the driver (tens of ms).
         "if command -v nvidia-smi >/dev/null 2>&1; then",
+        '  A="${TMPDIR:-/tmp}/gpuops-probe.$$"',
+        f'  {{ {QUERY_APPS.render()} >"$A" 2>&1; echo "$?" >"$A.rc"; }} &',
         f'  echo "{MARK}gpus"; {QUERY_GPUS.render()} 2>&1; echo "{MARK}gpus_rc $?"',
-        f'  echo "{MARK}apps"; {QUERY_APPS.render()} 2>&1; echo "{MARK}apps_rc $?"',
+        f'  wait; echo "{MARK}apps"; cat "$A" 2>/dev/null; echo "{MARK}apps_rc $(cat "$A.rc" 2>/dev/null || echo 1)"; rm -f "$A" "$A.rc"',
         f'else echo "{MARK}nosmi"; fi',
         f"command -v tmux >/dev/null 2>&1 || echo \"{MARK}notmux\"",
         f"{session_list} | while IFS= read -r S; do",
