@@ -25,6 +25,7 @@ class TargetStatus:
     reachable: bool = False
     error: str | None = None
     error_code: int | None = None
+    hint: str | None = None
     container: str | None = None
     probe: Probe | None = None
     seconds: float = 0.0
@@ -38,6 +39,7 @@ class TargetStatus:
             "ctid": self.ctid,
             "reachable": self.reachable,
             "error": self.error,
+            "hint": self.hint,
             "container": self.container,
             "nvidia_smi": probe.smi if probe else None,
             "nvidia_smi_error": probe.smi_error if probe else None,
@@ -81,6 +83,7 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     except GpuopsError as exc:
         status.error = str(exc)
         status.error_code = exc.exit_code
+        status.hint = exc.hint
     status.seconds = time.monotonic() - started
     return status
 
