@@ -89,7 +89,7 @@ def plain_lines(r: Any) -> list[str]:
     """Every line prefixed by its target, so output from many targets stays greppable."""
     p = f"{r.target}:"
     if r.error:
-        return [f"{p} unreachable: {r.error}"]
+        return [f"{p} unreachable: {r.error}"] + ([f"{p} hint: {r.hint}"] if r.hint else [])
     lines = [f"{p} reachable via {r.host}" + (f", container {r.ctid} {r.container}" if r.ctid is not None else "")]
     probe = r.probe
     if probe is None:
@@ -134,6 +134,7 @@ def _rich(results: list[Any]) -> Any:
         head.add_row(f"[bold]{r.target}[/]", *plain_lines(r)[0].split(":", 1)[1:])
         parts.append(head)
         if r.probe is None:
+            parts.extend("  " + line.split(":", 1)[1].strip() for line in plain_lines(r)[1:])
             continue
         if r.probe.gpus:
             t = Table(show_edge=False, pad_edge=False)
