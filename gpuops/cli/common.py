@@ -48,6 +48,15 @@ def load_job(inventory: str | None, playbook: str | None, target: str | None, *,
     return Job(inv, pb, tgt, transport)
 
 
+def report_cost(verbose: bool, transports: Any) -> None:
+    """With -v: how many SSH connections and remote commands (round trips) this invocation made."""
+    if not verbose:
+        return
+    conns = sum(getattr(t, "connections_made", 0) for t in transports)
+    cmds = sum(getattr(t, "commands", 0) for t in transports)
+    sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
+
+
 def crash_report() -> str:
     """Write the current exception's traceback to a file; return its path."""
     folder = os.path.join(tempfile.gettempdir(), "gpuops-crash")

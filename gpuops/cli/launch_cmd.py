@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gpuops.cli.common import load_job
+from gpuops.cli.common import load_job, report_cost
 from gpuops.cli.drive import drive, renderer
 from gpuops.errors import ExitCode
 from gpuops.flow.events import Outcome
@@ -32,6 +32,7 @@ def run_launch(inventory: str | None, playbook: str | None, target: str | None, 
     except KeyboardInterrupt:
         return _interrupted(job, state, render, inventory, playbook)
     finally:
+        report_cost(verbose, [job.transport])
         job.transport.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuops.cli.common import load_job
+from gpuops.cli.common import load_job, report_cost
 from gpuops.cli.drive import drive, renderer
 from gpuops.command import bash
 from gpuops.errors import ExitCode, NoRun
@@ -49,6 +49,7 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
                                {"run": state.get("run"), "run_alive": True}), job.target.name)
         return ExitCode.INTERRUPTED
     finally:
+        report_cost(verbose, [job.transport])
         job.transport.close()
 
 
@@ -59,4 +60,5 @@ def run_stop(inventory: str | None, playbook: str | None, target: str | None, *,
     try:
         return drive(stop(job), renderer(as_json, verbose), job.target.name, {})
     finally:
+        report_cost(verbose, [job.transport])
         job.transport.close()

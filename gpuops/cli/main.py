@@ -52,7 +52,7 @@ def status(inventory, playbook, targets, watch_every, as_json, verbose) -> int:
     """Reachability, container state, GPUs, tmux session and current run of each target."""
     from gpuops.cli.status_cmd import run_status
 
-    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json)
+    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json, verbose=verbose)
 
 
 @main.command()

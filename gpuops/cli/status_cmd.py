@@ -28,7 +28,7 @@ def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]
 
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
-               as_json: bool) -> int:
+               as_json: bool, verbose: bool = False) -> int:
     from gpuops.status import gather
     from gpuops.transport import Pool
 
@@ -45,6 +45,9 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
                 return _code(results)
             time.sleep(watch_every)
     finally:
+        from gpuops.cli.common import report_cost
+
+        report_cost(verbose, pool.transports())
         pool.close()
 
 

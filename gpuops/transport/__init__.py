@@ -58,8 +58,16 @@ class Pool:
         inner = self.host(target.host)
         return PctTransport(inner, target.ctid) if target.ctid is not None else inner
 
+    def transports(self) -> list[Transport]:
+        """The host transports opened so far."""
+        return list(self._hosts.values())
+
     def connections_made(self) -> int:
         return sum(getattr(t, "connections_made", 0) for t in self._hosts.values())
+
+    def commands(self) -> int:
+        """Remote commands sent (round trips), over every host."""
+        return sum(getattr(t, "commands", 0) for t in self._hosts.values())
 
     def close(self) -> None:
         for transport in self._hosts.values():

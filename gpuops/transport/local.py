@@ -75,6 +75,8 @@ class LocalTransport:
 
     def __init__(self, label: str = "local") -> None:
         self.label = label
+        self.connections_made = 0
+        self.commands = 0
 
     def wrap(self, cmd: Cmd) -> Cmd:
         return cmd
@@ -83,6 +85,7 @@ class LocalTransport:
         return cmd.render(display=display)
 
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
+        self.commands += 1
         argv = cmd.words()
         proc = subprocess.Popen(
             argv,
@@ -100,6 +103,7 @@ class LocalTransport:
         return Result(proc.returncode, out, err)
 
     def open(self, cmd: Cmd) -> LocalStream:
+        self.commands += 1
         return LocalStream(cmd.words())
 
     def connect(self) -> None:

@@ -58,6 +58,14 @@ class PctTransport:
                 hint=f"start it with `pct start {self.ctid}` on {self.inner.label}",
             )
 
+    @property
+    def connections_made(self) -> int:
+        return getattr(self.inner, "connections_made", 0)
+
+    @property
+    def commands(self) -> int:
+        return getattr(self.inner, "commands", 0)
+
     def connect(self) -> None:
         self.inner.connect()
 

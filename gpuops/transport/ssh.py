@@ -93,6 +93,7 @@ class SshTransport:
         self._conn: Any = None
         self._lock = threading.Lock()
         self.connections_made = 0
+        self.commands = 0
 
     # -- rendering -------------------------------------------------------------------
 
@@ -174,6 +175,7 @@ class SshTransport:
 
     def _channel(self, cmd: Cmd, timeout: float) -> paramiko.Channel:
         transport = self._transport()
+        self.commands += 1
         try:
             chan = transport.open_session(timeout=min(timeout, self.host.connect_timeout))
             chan.exec_command(cmd.render())
