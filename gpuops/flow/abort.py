@@ -19,6 +19,7 @@ class AbortResult:
     survivors: list[int] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    session_gone_at: float | None = None  # the target's clock
 
 
 def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, line: str | None = None,
@@ -46,6 +47,11 @@ def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, li
     for text in result.out.splitlines():
         if text.startswith(MARK + "survivors"):
             out.survivors = [int(p) for p in text.split()[2:] if p.isdigit()]
+        elif text.startswith(MARK + "session-gone "):
+            try:
+                out.session_gone_at = float(text.split()[2])
+            except (IndexError, ValueError):
+                pass
         elif text.startswith(MARK + "gpus "):
             rows = text[len(MARK) + 5 :].replace(";", "\n")
             try:

@@ -103,7 +103,8 @@ def _aborted_event(job: Job, run_id: str, result: Any) -> Event:
         "aborted",
         job.target.name,
         run_id,
-        {"reason": result.record["reason"], "survivors": result.survivors, "gpus": result.gpus, "seconds": round(result.seconds, 3)},
+        {"reason": result.record["reason"], "survivors": result.survivors, "gpus": result.gpus, "seconds": round(result.seconds, 3),
+         "session_gone_at": result.session_gone_at},
     )
 
 
