@@ -1,0 +1,342 @@
+"""Every gpuops benchmark on the real-sshd bench, each beside its baseline measured in the same run.
+
+    python3 benchmarks/run.py                 # all of them (a few minutes)
+    python3 benchmarks/run.py startup status  # some of them
+    python3 benchmarks/run.py --scan-mb 1024 --abort-runs 20
+
+Prints one table: median, p95, max, the baseline's median, the ratio and the target.
+Benchmarks print figures; they do not pass or fail (the 'met' column is information).
+Only 127.0.0.1 is ever contacted (the bench's own sshd instances).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from bench import FakeProxmox, SshServer  # noqa: E402
+from bench.inventory import write_inventory  # noqa: E402
+
+PY = sys.executable
+BIN = Path(PY).parent / "gpuops"
+GPUOPS = [str(BIN)] if BIN.exists() else [PY, "-m", "gpuops"]
+FX_SAMPLE = ROOT / "tests" / "data" / "logs" / "fx_race_thread.txt"
+
+
+@dataclass
+class Row:
+    name: str
+    values: list[float]
+    unit: str = "s"
+    baseline_name: str = ""
+    baseline: list[float] | None = None
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def timed(argv: list[str], runs: int, *, env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, capture_output=True, env=env)
+        out.append(time.perf_counter() - t0)
+        if r.returncode not in ok:
+            raise RuntimeError(f"{argv[:4]} exited {r.returncode}: {r.stderr.decode()[-500:]}")
+    return out
+
+
+# -- start-up -----------------------------------------------------------------------------
+
+
+def bench_startup(args: argparse.Namespace) -> list[Row]:
+    runs = args.runs
+    click = timed([PY, "-c", "import click"], runs)
+    helpv = timed(GPUOPS + ["--help"], runs)
+    valid = timed(GPUOPS + ["validate", "-i", str(ROOT / "inventories/example.yaml"), "-p", str(ROOT / "playbooks/dflash.yaml")], runs)
+    base = statistics.median(click)
+    return [
+        Row("start-up: gpuops --help", helpv, baseline_name="python -c 'import click'", baseline=click,
+            target="<= 80 ms", met=statistics.median(helpv) <= 0.080),
+        Row("start-up: gpuops validate", valid, baseline_name="python -c 'import click'", baseline=click,
+            target="<= 100 ms", met=statistics.median(valid) <= 0.100, note=f"click alone {base * 1000:.0f} ms"),
+    ]
+
+
+# -- status cost -------------------------------------------------------------------------
+
+
+def _servers(n: int, cts: tuple[int, ...]) -> list[tuple[SshServer, FakeProxmox]]:
+    out = []
+    for _ in range(n):
+        s = SshServer()
+        s.start()
+        fake = FakeProxmox(s.fake_root)
+        for ct in cts:
+            fake.add_container(ct)
+        out.append((s, fake))
+    return out
+
+
+def _stop(servers: list[tuple[SshServer, FakeProxmox]]) -> None:
+    for s, fake in servers:
+        s.stop()
+        fake.cleanup()
+
+
+def _multi_inventory(path: Path, servers: list[tuple[SshServer, FakeProxmox]], cts: tuple[int, ...]) -> None:
+    lines = ["hosts:"]
+    for i, (s, _) in enumerate(servers):
+        lines += [f"  pve{i}:", f"    address: {s.host}", f"    port: {s.port}", f"    user: {s.user}",
+                  f"    identity_file: {s.client_key}", f"    known_hosts: {s.known_hosts}"]
+    lines.append("targets:")
+    for i, _ in enumerate(servers):
+        for ct in cts:
+            lines += [f"  ct{ct}-{i}:", f"    host: pve{i}", f"    ctid: {ct}"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def bench_status(args: argparse.Namespace) -> list[Row]:
+    runs = args.runs
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    one = _servers(1, (200,))
+    four = _servers(4, (200, 201))
+    try:
+        s, _ = one[0]
+        write_inventory(tmp / "one.yaml", s)
+        _multi_inventory(tmp / "eight.yaml", four, (200, 201))
+        raw_cmd = s.ssh_argv() + ["pct exec 200 -- nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits"]
+        raw, st1, st8 = [], [], []
+        for _ in range(runs):  # interleaved, so load changes hit both alike
+            raw += timed(raw_cmd, 1)
+            st1 += timed(GPUOPS + ["status", "-i", str(tmp / "one.yaml")], 1)
+            st8 += timed(GPUOPS + ["status", "-i", str(tmp / "eight.yaml")], 1)
+        before = s.connection_count()
+        r = subprocess.run(GPUOPS + ["status", "-v", "-i", str(tmp / "one.yaml")], capture_output=True, text=True)
+        cost = r.stderr.strip().splitlines()[-1]
+        conns = s.connection_count() - before
+        ratio1 = statistics.median(st1) / statistics.median(raw)
+        ratio8 = statistics.median(st8) / statistics.median(st1)
+        return [
+            Row("status: 1 target (ssh + pct)", st1, baseline_name="raw ssh 'pct exec 200 -- nvidia-smi ...'", baseline=raw,
+                target="ratio <= 1.3", met=ratio1 <= 1.3, note=f"{cost}; sshd saw {conns} connection(s)"),
+            Row("status: 8 targets over 4 sshd", st8, baseline_name="gpuops status, 1 target", baseline=st1,
+                target="ratio <= 1.5", met=ratio8 <= 1.5),
+        ]
+    finally:
+        _stop(one)
+        _stop(four)
+
+
+# -- abort latency -----------------------------------------------------------------------
+
+
+def _playbook(path: Path, command: str, *, stall: int = 0, warmup: bool = False) -> None:
+    text = (
+        "name: bench\ntarget: ct200\n"
+        + ("warmup: {gpus: [5, 6, 7], command: 'fake-warmup --gpu {gpu} --duration 0.2'}\n" if warmup else "")
+        + f"launch:\n  session: bench\n  command: {json.dumps(command)}\n"
+        f"watch: {{stall_timeout: {stall}}}\nabort: {{signal: INT, grace: 5}}\n"
+    )
+    path.write_text(text)
+
+
+def bench_abort(args: argparse.Namespace) -> list[Row]:
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    ((s, fake),) = _servers(1, (200,))
+    try:
+        write_inventory(tmp / "inv.yaml", s)
+        # The trainer stamps the moment it writes the FX traceback, then keeps running (eager fallback).
+        cmd = (f"sleep 0.5; python3 -c 'import time; print(repr(time.time()))' > \"$GPUOPS_RUN_DIR/fx_at\"; "
+               f"cat {FX_SAMPLE}; exec sleep 600")
+        _playbook(tmp / "pb.yaml", cmd)
+        lat, base = [], []
+        conns_launch = ""
+        for i in range(args.abort_runs):
+            before = s.connection_count()
+            r = subprocess.run(GPUOPS + ["launch", "--json", "-v", "-i", str(tmp / "inv.yaml"), "-p", str(tmp / "pb.yaml")],
+                               capture_output=True, text=True, timeout=120)
+            events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+            run = events[-1].get("run")
+            aborted = next(e for e in events if e["event"] == "aborted")
+            fx_at = float((Path(fake.home(200)) / ".gpuops" / "runs" / run / "fx_at").read_text())
+            lat.append(aborted["session_gone_at"] - fx_at)
+            if i == 0:
+                conns_launch = f"{r.stderr.strip().splitlines()[-1]}; sshd saw {s.connection_count() - before} connection(s)"
+            base.append(_naive_abort(s, fake, tmp))
+        med = statistics.median(lat)
+        return [Row(f"abort latency: FX traceback -> session gone ({len(lat)} runs)", lat,
+                    baseline_name="ssh 'tail -F | grep -m1' then ssh 'tmux kill-session'", baseline=base,
+                    target="median <= 0.3 s, max <= 1 s", met=med <= 0.3 and max(lat) <= 1.0, note=f"launch: {conns_launch}")]
+    finally:
+        _stop([(s, fake)])
+
+
+def _naive_abort(s: SshServer, fake: FakeProxmox, tmp: Path) -> float:
+    """The obvious alternative: follow with tail -F | grep -m1 over ssh, then kill the session over ssh."""
+    home = Path(fake.home(200))
+    log = home / "naive.log"
+    log.write_text("")
+    stamp = home / "naive_at"
+    fake.tmux(200, "new-session", "-d", "-s", "naive", f"sleep 0.5; python3 -c 'import time; print(repr(time.time()))' > {stamp}; cat {FX_SAMPLE} >> {log}; exec sleep 600")
+    follow = s.ssh_argv() + [f"pct exec 200 -- bash -c 'tail -n +1 -F {log} | grep -m1 -E \"^RuntimeError: Detected that you are using FX\"'"]
+    subprocess.run(follow, capture_output=True, timeout=60)
+    subprocess.run(s.ssh_argv() + ["pct exec 200 -- tmux kill-session -t naive"], capture_output=True, timeout=60)
+    gone = time.time()
+    return gone - float(stamp.read_text())
+
+
+# -- follow throughput --------------------------------------------------------------------
+
+WRITER = r"""
+import sys, time
+rate, secs = float(sys.argv[1]), float(sys.argv[2])
+pad = "x" * 180
+start = time.time(); written = 0; n = 0
+out = sys.stdout
+while time.time() - start < secs:
+    now = time.time()
+    while written < (now - start) * rate:
+        line = "%.6f %09d %s\n" % (time.time(), n, pad)
+        out.write(line); written += len(line); n += 1
+    out.flush()
+    time.sleep(0.01)
+"""
+
+
+def bench_follow(args: argparse.Namespace) -> list[Row]:
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    ((s, fake),) = _servers(1, (200,))
+    try:
+        write_inventory(tmp / "inv.yaml", s)
+        writer = tmp / "writer.py"
+        writer.write_text(WRITER)
+        rate, secs = 20e6, args.follow_seconds
+        _playbook(tmp / "pb.yaml", f"python3 {writer} {rate} {secs}")
+        subprocess.run(GPUOPS + ["launch", "--detach", "-i", str(tmp / "inv.yaml"), "-p", str(tmp / "pb.yaml")],
+                       check=True, capture_output=True, timeout=60)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen(GPUOPS + ["logs", "-f", "-i", str(tmp / "inv.yaml"), "-p", str(tmp / "pb.yaml")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        lags: list[float] = []
+        total = 0
+        started = time.time()
+        pending = b""
+        while True:
+            chunk = proc.stdout.read1(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            pending += chunk
+            cut = pending.rfind(b"\n")
+            if cut < 0:
+                continue
+            last = pending[:cut].rsplit(b"\n", 1)[-1]
+            pending = pending[cut + 1 :]
+            try:
+                lags.append(time.time() - float(last.split(b" ", 1)[0]))
+            except ValueError:
+                pass
+        proc.wait()
+        wall = time.time() - started
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (used.ru_utime - before.ru_utime) + (used.ru_stime - before.ru_stime)
+        mbs = total / wall / 1e6
+        return [Row("follow: 20 MB/s trainer, lag of the newest line", lags,
+                    target="lag < 1 s, keeps up", met=max(lags) < 1.0,
+                    note=f"{total / 1e6:.0f} MB in {wall:.1f}s ({mbs:.1f} MB/s); gpuops client CPU {cpu:.2f}s ({100 * cpu / wall:.0f}% of one core)")]
+    finally:
+        _stop([(s, fake)])
+
+
+# -- scan throughput ----------------------------------------------------------------------
+
+
+def bench_scan(args: argparse.Namespace) -> list[Row]:
+    r = subprocess.run([PY, str(ROOT / "benchmarks" / "bench_scan.py"), "--size-mb", str(args.scan_mb), "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-800:])
+    data = json.loads(r.stdout.strip().splitlines()[-1])
+    ratio = data["matcher_mb_s"] / data["grep_mb_s"]
+    return [Row(f"scan: matcher over a {args.scan_mb} MB log", [data["matcher_mb_s"]], unit="MB/s",
+                baseline_name="grep -E -c, same patterns", baseline=[data["grep_mb_s"]],
+                target=">= 0.5x grep, flat memory", met=ratio >= 0.5,
+                note=f"peak RSS {data['peak_rss_mb']:.0f} MB; engine {data.get('engine', 'stdlib')}")]
+
+
+BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "startup": bench_startup,
+    "status": bench_status,
+    "abort": bench_abort,
+    "follow": bench_follow,
+    "scan": bench_scan,
+}
+
+
+def fmt(v: float, unit: str) -> str:
+    return f"{v * 1000:.0f} ms" if unit == "s" else f"{v:.0f} {unit}"
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ["benchmark", "median", "p95", "max", "baseline", "baseline median", "ratio", "target", "met"]
+    body = []
+    for r in rows:
+        med = statistics.median(r.values)
+        bmed = statistics.median(r.baseline) if r.baseline else None
+        body.append([
+            r.name, fmt(med, r.unit), fmt(pct(r.values, 0.95), r.unit), fmt(max(r.values), r.unit),
+            r.baseline_name or "-", fmt(bmed, r.unit) if bmed is not None else "-",
+            f"{med / bmed:.2f}" if bmed else "-", r.target, {True: "yes", False: "NO", None: "-"}[r.met],
+        ])
+    widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in body:
+        print(line(cells))
+    for r in rows:
+        if r.note:
+            print(f"  {r.name}: {r.note}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("which", nargs="*", choices=[[], *BENCHES], help="benchmarks to run (default: all)")
+    ap.add_argument("--runs", type=int, default=15, help="repetitions for start-up and status")
+    ap.add_argument("--abort-runs", type=int, default=20)
+    ap.add_argument("--follow-seconds", type=float, default=5.0)
+    ap.add_argument("--scan-mb", type=int, default=1024)
+    args = ap.parse_args()
+    os.environ.pop("TMUX", None)
+    rows: list[Row] = []
+    for name in args.which or list(BENCHES):
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        rows += BENCHES[name](args)
+    print(f"\ngpuops benchmarks, {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, python {sys.version.split()[0]}\n")
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
