@@ -132,7 +132,8 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
     result = abort_run(job, run_id, "stop")
-    yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus})
+    yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus,
+                                                     "seconds": round(result.seconds, 3)})
     if result.survivors:
         raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")
     yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})
