@@ -56,11 +56,14 @@ def load_known_hosts(client: paramiko.SSHClient, path: str) -> None:
         client.get_host_keys().load(path)
 
 
-def changed_key_error(host: str, exc: Any, known_hosts: str) -> ChangedHostKey:
-    """Map paramiko's BadHostKeyException to our error with both fingerprints."""
+def changed_key_error(host: str, exc: Any, known_hosts: str, port: int = 22) -> ChangedHostKey:
+    """Map paramiko's BadHostKeyException to our error with both fingerprints.
+
+    paramiko names the host without its port; known_hosts (and `ssh-keygen -R`) use `[host]:port`.
+    """
     return ChangedHostKey(
         host,
-        exc.hostname,
+        exc.hostname if port == 22 else f"[{exc.hostname}]:{port}",
         exc.key.get_name(),
         f"{exc.expected_key.get_name()} {fingerprint(exc.expected_key)}",
         fingerprint(exc.key),
