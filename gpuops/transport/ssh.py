@@ -302,4 +302,4 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
             auth_timeout=host.connect_timeout, channel_timeout=host.connect_timeout,
         )
     except paramiko.BadHostKeyException as exc:
-        raise changed_key_error(host.name, exc, host.known_hosts) from None
+        raise changed_key_error(host.name, exc, host.known_hosts, port) from None
