@@ -98,7 +98,8 @@ def parse_probe(text: str) -> Probe:
     if probe.smi == "ok":
         if rcs.get("gpus_rc", 1) != 0 or rcs.get("apps_rc", 1) != 0:
             probe.smi = "error"
-            probe.smi_error = " ".join(" ".join(buf["gpus"] + buf["apps"]).split())[:300] or "nvidia-smi failed"
+            failed = buf["gpus"] if rcs.get("gpus_rc", 1) != 0 else buf["apps"]  # a missing driver fails both alike
+            probe.smi_error = " ".join(" ".join(failed).split())[:300] or "nvidia-smi failed"
         else:
             try:
                 probe.gpus = parse_gpus("\n".join(buf["gpus"]), "\n".join(buf["apps"]))
