@@ -62,7 +62,8 @@ class LaunchLock:
     def _read_until_locked(self) -> str:
         assert self._stream is not None
         buf = b""
-        marker = (MARK + "locked").encode()
+        # A line of its own: the probe's per-session "locked <holder>" lines start the same way.
+        marker = ("\n" + MARK + "locked\n").encode()
         while marker not in buf:
             chunk = self._stream.read(self.job.timeout)
             if chunk is None or chunk == b"":
