@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Sequence
 
 from bench import fakes, procs
 from bench.waiting import wait_until
@@ -20,7 +21,7 @@ START_TIMEOUT = 20.0  # a loaded 2-core CI machine can take seconds to start ssh
 
 CONFIG = """\
 Port {port}
-ListenAddress 127.0.0.1
+ListenAddress {listen}
 AddressFamily inet
 HostKey {host_key}
 PidFile {pid_file}
@@ -81,14 +82,19 @@ class SshServer:
 
     Every session gets PATH with the stand-ins' bin dir first and the fake root's variables
     (see bench.fakes.host_env); HOME is the fake host's home, so nothing lands in the real one.
+    `host` is the address sshd listens on (and clients use); `launcher` is an argv prefix sshd
+    runs under, e.g. `ip netns exec NAME` (see bench.netns) for a host the tests can cut off.
     """
 
-    def __init__(self, fake_root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, fake_root: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", launcher: Sequence[str] = ()
+    ) -> None:
         self.fake_root = Path(fake_root) if fake_root is not None else fakes.make_root()
         fakes.ensure_host(self.fake_root)
         self.dir = self.fake_root / "sshd"
         self.dir.mkdir(exist_ok=True)
-        self.host = "127.0.0.1"
+        self.host = host
+        self.launcher = list(launcher)
         self.user = getpass.getuser()
         self.port = 0
         self.host_key = self.dir / "ssh_host_ed25519_key"
@@ -122,7 +128,7 @@ class SshServer:
                 return self
             if fixed:
                 break
-        raise RuntimeError(f"sshd did not start on 127.0.0.1:{self.port}; log:\n{self._log_tail()}")
+        raise RuntimeError(f"sshd did not start on {self.host}:{self.port}; log:\n{self._log_tail()}")
 
     def stop(self) -> None:
         """Stop the listener and every connection it served (their sshd processes, not user commands)."""
@@ -221,6 +227,7 @@ class SshServer:
         self.config.write_text(
             CONFIG.format(
                 port=self.port,
+                listen=self.host,
                 host_key=self.host_key,
                 pid_file=self.pid_file,
                 authorized_keys=self.authorized_keys,
@@ -236,7 +243,7 @@ class SshServer:
         with self.log.open("ab") as log:
             log.write(f"--- gpuops bench: starting sshd on port {self.port} ---\n".encode())
         self._proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.config), "-E", str(self.log)],
+            [*self.launcher, SSHD, "-D", "-e", "-f", str(self.config), "-E", str(self.log)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
