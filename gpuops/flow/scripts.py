@@ -108,8 +108,8 @@ def start_script(playbook: Playbook, run_id: str, meta_json: str, run_sh_script:
         Cmd("printf", "%s\\n", run_id) + [Raw('>"$G/sessions/"' + shlex.quote(session))],
         f"{tmux.alive(session)} && {{ echo '{MARK}session-exists'; exit 75; }}",
         tmux.new_detached(session, '"$D"', "exec bash ./run.sh") + " 9>&- || exit 71",
-        f"{tmux.alive(session)} && echo '{MARK}started'",
-        "true",
+        # Started once tmux created the session: a command that fails at once may already have ended.
+        f"echo '{MARK}started'",
     )
 
 
