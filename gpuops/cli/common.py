@@ -104,6 +104,8 @@ def _report(as_json: bool, code: int, outcome: str, message: str, hint: str | No
         from gpuops.flow.events import Outcome
 
         data: dict[str, Any] = {"error": message}
+        if getattr(exc, "run", None):
+            data["run"] = exc.run
         if hint:
             data["hint"] = hint
         findings = getattr(exc, "findings", None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from gpuops.errors import GpuopsError
 from gpuops.flow.events import Event, Outcome
 
 
@@ -25,6 +26,11 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
             if item.kind in ("started", "following"):
                 state["started"] = True
             render.event(item)
+    except GpuopsError as exc:
+        # The boundary reports it: its JSON summary names the target and the run, as every event does.
+        exc.target = getattr(exc, "target", None) or target
+        exc.run = getattr(exc, "run", None) or state.get("run")
+        raise
     finally:
         close = getattr(events, "close", None)
         if close:
