@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -43,7 +44,7 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
             render.event(Event("following", job.target.name, info.run_id, {"state": info.state}))
         return drive(events, render, job.target.name, state)
     except KeyboardInterrupt:
-        how = f"gpuops logs -f -i {inventory} -p {playbook} -t {job.target.name}"
+        how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
         render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED,
                                f"stopped following; the run is still alive in tmux session '{job.session}'. Reattach with: {how}",
                                {"run": state.get("run"), "run_alive": True}), job.target.name)
