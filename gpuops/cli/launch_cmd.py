@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any
 
@@ -38,7 +39,7 @@ def run_launch(inventory: str | None, playbook: str | None, target: str | None, 
 
 def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None) -> int:
     if state.get("started"):
-        how = f"gpuops logs -f -i {inventory} -p {playbook} -t {job.target.name}"
+        how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
         msg = f"stopped following; run {state.get('run')} is still alive in tmux session '{job.session}'. Reattach with: {how}"
         outcome = Outcome("interrupted", ExitCode.INTERRUPTED, msg, {"run": state.get("run"), "run_alive": True})
     else:
