@@ -339,6 +339,13 @@ def test_rule_without_literals_checks_every_line():
     assert rules[0].triggers == ()
     text = b"a\r12\r\nb\x1b[1m34\x1b[0m\n56"
     assert [(h.line_number, h.line) for h in scan(text, rules)] == [(2, "12"), (4, "56")]
+    # (?i) and lookarounds are fine too; a too-long line is matched on its first max_line bytes
+    rules = [regex_rule("nan", r"(?i)loss nan(?!ny)"), regex_rule("end", r"x$")]
+    assert rules[0].triggers == ()
+    text = b"LOSS NaN\nloss nanny\n" + b"a" * 9 + b"x" + b"y" * 5 + b"\r\n"
+    hits = scan(text, rules, max_line=10)
+    assert [(h.rule, h.line_number) for h in hits] == [("nan", 1), ("end", 3)]
+    assert hits == scan(text, rules, max_line=10, cls=LineByLine)
 
 
 # --- bytes, lines, offsets ---

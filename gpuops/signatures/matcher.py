@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -57,7 +58,7 @@ EXCERPT_CHARS = 8192
 
 _TB_HEADER = "Traceback (most recent call last):"
 _TB_TRIGGER = "(most recent call "  # also in faulthandler's stack headers: one search finds both
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|$)")
 _TIME_LIKE = re.compile(r"\d:\d\d")
 _CONTEXT_LINE = re.compile(r"(?i)\b(?:error|exception|critical|fatal|failed)\b|:\s*$")
@@ -490,7 +491,7 @@ class Matcher:
         self._seq = 0
         self._exceptions = any(r.kind == "exception" for r in self._rules)
         self._waiting = tuple(r for r in self._rules if r.follow_regex is not None)
-        self._check_all, self._scanners = _scanners(self._rules)
+        self._unfiltered, self._scanners = _scanners(self._rules)
 
     @property
     def buffered_bytes(self) -> int:
@@ -560,7 +561,7 @@ class Matcher:
         return end + 1
 
     def _busy(self) -> bool:
-        return bool(self._check_all or self._tracebacks or self._pending)
+        return bool(self._tracebacks or self._pending)
 
     def _scan(self, data: bytes, pos: int, end: int, hits: list[Hit]) -> None:
         """Match the complete lines in data[pos:end]."""
@@ -606,6 +607,8 @@ class Matcher:
         while p >= 0:
             found.append(p)
             p = data.find(b"\x1b", _eol(data, p, end, has_cr), end)
+        if self._unfiltered:
+            self._search_lines(data, start, end, found)
         found.sort()
         pos = start
         for p in found:
@@ -622,6 +625,32 @@ class Matcher:
                 return pos
         self._skip(data, pos, end, has_cr)
         return end
+
+    def _search_lines(self, data: bytes, start: int, end: int, found: list[int]) -> None:
+        """Rules without trigger literals: search each line, the region decoded at once.
+
+        Decoding the whole region equals decoding line by line (lines split at
+        ASCII bytes), and escape sequences never span a line end; a line longer
+        than max_line is always a candidate (it is matched truncated).
+        """
+        region = data[start:end]
+        lines = region.splitlines(keepends=True)
+        flat = region.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        text = flat.decode("utf-8", "replace")
+        if "\x1b" in text:
+            text = _ANSI.sub("", text)
+        texts = text.split("\n")
+        texts.pop()  # the region ends with a line end
+        marked: set[int] = set()
+        for rule in self._unfiltered:
+            search = rule.regex.search
+            marked.update(i for i, t in enumerate(texts) if search(t))
+        limit = self._max_line
+        if lines and max(map(len, lines)) > limit:
+            marked.update(i for i, line in enumerate(lines) if len(line) > limit)
+        if marked:
+            starts = list(accumulate(map(len, lines), initial=start))
+            found.extend(starts[i] for i in marked)
 
     def _skip(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
         """Count complete lines that hold no trigger; remember the last few."""
@@ -763,15 +792,15 @@ class Matcher:
         return None, None
 
 
-def _scanners(rules: Sequence[Rule]) -> tuple[bool, tuple[bytes | re.Pattern[bytes], ...]]:
-    """What the fast path searches for: (check every line?, literals and literal groups).
+def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[bytes | re.Pattern[bytes], ...]]:
+    """What the fast path searches for: (rules to search line by line, literals and literal groups).
 
     A rule that waits for a follow-up line is found through the follow-up's
     literals (the wait is replayed from the last lines); literals sharing a
     prefix are searched as one regex, which scans once for the prefix.
     """
     literals: set[str] = set()
-    check_all = False
+    unfiltered: list[Rule] = []
     for rule in rules:
         if rule.kind == "exception":
             literals.add(_TB_TRIGGER)
@@ -780,7 +809,7 @@ def _scanners(rules: Sequence[Rule]) -> tuple[bool, tuple[bytes | re.Pattern[byt
         if rule.follow_regex is not None and rule.follow_within < _RECENT:
             triggers = _required_literals(rule.follow_regex) or triggers
         if not triggers:
-            check_all = True
+            unfiltered.append(rule)
         literals.update(triggers)
     encoded = {t.encode() for t in literals}
     keep = sorted((t for t in encoded if not any(o != t and o in t for o in encoded)), key=len, reverse=True)
@@ -793,7 +822,7 @@ def _scanners(rules: Sequence[Rule]) -> tuple[bool, tuple[bytes | re.Pattern[byt
             scanners.append(members[0])
         else:
             scanners.append(re.compile(b"|".join(re.escape(m) for m in members)))
-    return check_all, tuple(scanners)
+    return tuple(unfiltered), tuple(scanners)
 
 
 def _next_eol(data: bytes, pos: int, end: int) -> int:
