@@ -112,7 +112,7 @@ class TextRenderer:
         elif k == "reconnected":
             self.say(f"{tag} reconnected; resuming at byte {ev.get('offset')}")
         elif k == "survivors":
-            self.say(f"{tag} killed leftover processes of the run: {ev.get('pids')}")
+            self.say(f"{tag} processes of the run survived SIGKILL: {ev.get('pids')}")
         elif k == "timeout":
             self.say(f"{tag} --timeout ran out; stopping run {ev.run}")
         elif self.verbose:
