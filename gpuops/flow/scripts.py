@@ -57,6 +57,16 @@ def lock_script(session: str, holder: str, probe: Script, idle_release: int = 30
         f'echo "{MARK}locked"',
         # Hold the lock while the launcher sends heartbeats; a silent launcher is a dead one.
         f"while IFS= read -r -t {idle_release} line; do :; done",
+        # A launcher that died during warmup left its warmup running (holding the GPU): stop it, as
+        # the launcher would have, before the lock is free. Quietly: our stdout may be gone with it.
+        f'R=$(head -c 64 "$G/sessions/"{q} 2>/dev/null)',
+        'case "$R" in ""|*[!0-9a-z-]*) R="";; esac',
+        f"""if [ -n "$R" ] && grep -qsF '"phase":"warmup"' "$G/runs/$R/meta.json" && ! {tmux.alive(session)}; then""",
+        "  (",
+        'M="GPUOPS_RUN_ID=$R"',
+        *kill_marked_script("GPUOPS_RUN_ID=").lines[1:],
+        "  ) >/dev/null 2>&1",
+        "fi",
         'rm -f "$L.holder"',
     )
 
