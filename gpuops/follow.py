@@ -117,7 +117,7 @@ class Heartbeat:
 
 @dataclass
 class Ended:
-    how: str  # exit | abort | gone | once
+    how: str  # exit | abort | gone | once | container-stopped | container-missing
     code: int | None
 
 
@@ -241,6 +241,11 @@ class LogFollower:
                 return
             except (ConnectError, OSError, EOFError, _Dead) as exc:
                 self.close()
+                gone = self._container_gone() if isinstance(exc, _Dead) and exc.closed else None
+                if gone:
+                    # Reconnecting cannot help: the run went down with its container.
+                    yield Ended("container-" + gone, None)
+                    return
                 now = self.clock()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > self.give_up_after:
@@ -254,6 +259,17 @@ class LogFollower:
                     if not isinstance(exc2, ConnectError) or "HOST KEY" in str(exc2) or "authentication" in str(exc2):
                         raise
 
+    def _container_gone(self) -> str | None:
+        """`stopped` or `missing` when the target is a container that no longer runs, else None."""
+        state = getattr(self.transport, "state", None)
+        if state is None:
+            return None
+        try:
+            now = state(timeout=30.0)
+        except GpuopsError:  # the host is unreachable: the reconnect loop deals with that
+            return None
+        return now if now in ("stopped", "missing") else None
+
     def _pump(self) -> Iterator[FollowEvent]:
         frames = _Frames()
         last = self.clock()
@@ -266,7 +282,7 @@ class LogFollower:
                     raise _Dead(f"no word from {self.transport.label} for {self.dead_after:g}s")
                 continue
             if chunk == b"":
-                raise _Dead("the connection closed")
+                raise _Dead("the connection closed", closed=True)
             last = now
             for event in frames.feed(chunk):
                 if isinstance(event, Data):
@@ -284,4 +300,8 @@ class LogFollower:
 
 
 class _Dead(Exception):
-    """The follower's stream stopped answering."""
+    """The follower's stream stopped answering; `closed`: the remote command ended without its E frame."""
+
+    def __init__(self, message: str, *, closed: bool = False) -> None:
+        super().__init__(message)
+        self.closed = closed

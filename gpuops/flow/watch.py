@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from gpuops.errors import ExitCode
+from gpuops.errors import ContainerNotRunning, ExitCode
 from gpuops.flow.abort import abort_run, reap
 from gpuops.flow.events import Event, Outcome
 from gpuops.flow.job import Job
@@ -137,11 +137,18 @@ def _ended(job: Job, run_id: str, ev: Ended, first_abort: Any, abort_on_match: b
     if ev.how == "once":
         yield Outcome("printed", ExitCode.OK, "", {"run": run_id})
         return
+    if ev.how.startswith("container-"):
+        yield _container_lost(job, run_id, ev.how[len("container-"):])
+        return
     if ev.how != "abort" and first_abort is not None and abort_on_match:
         # The command exited by itself, but an abort rule matched: that decides the outcome.
         yield from _abort_events(job, run_id, "match", first_abort)
         return
-    survivors = reap(job, run_id)
+    try:
+        survivors = reap(job, run_id)
+    except ContainerNotRunning:
+        yield _container_lost(job, run_id, "stopped")
+        return
     if survivors:
         yield Event("survivors", target, run_id, {"pids": survivors})
     if ev.how == "abort":
@@ -175,6 +182,17 @@ def _ended(job: Job, run_id: str, ev: Ended, first_abort: Any, abort_on_match: b
     else:
         yield Outcome("failed", ExitCode.TRAINING_FAILED, f"run {run_id}: training exited with code {ev.code}{_signal_note(ev.code)}",
                       {"run": run_id, "command_exit_code": ev.code})
+
+
+def _container_lost(job: Job, run_id: str, state: str) -> Outcome:
+    """The container stopped (or was destroyed) under the run: nothing of it is left to stop or reap."""
+    what = "stopped" if state == "stopped" else "no longer exists"
+    return Outcome(
+        "lost", ExitCode.TRAINING_FAILED,
+        f"run {run_id} is lost: container {job.target.ctid} {what} while it ran "
+        "(its tmux session and every process of the run went with it)",
+        {"run": run_id, "container": state},
+    )
 
 
 def _signal_note(code: int) -> str:
