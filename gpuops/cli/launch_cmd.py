@@ -63,11 +63,13 @@ def _dry_run(inventory: str | None, playbook: str | None, target: str | None, as
         where = f"ssh {user}{host.address or host.name}{port}{jump}, each line below sent as the remote command:"
     steps = plan(job)
     if as_json:
-        from gpuops.cli.render import JsonRenderer
+        import time
+
+        from gpuops.cli.render import JsonRenderer, iso
 
         out = JsonRenderer()
         for name, text in steps:
-            out.emit({"event": "dry_run_step", "target": job.target.name, "step": name, "command": text})
+            out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": job.target.name, "step": name, "command": text})
         out.outcome(Outcome("dry-run", ExitCode.OK, "nothing was run", {}), job.target.name)
         return ExitCode.OK
     print(f"# gpuops launch --dry-run: target {job.target.name} via {where}")
