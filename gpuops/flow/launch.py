@@ -11,7 +11,8 @@ from gpuops.flow.events import Event, Outcome
 from gpuops.flow.job import Job, holder_id
 from gpuops.flow.preflight import LaunchLock, evaluate
 from gpuops.flow.scripts import (
-    MARK, abort_script, kill_marked_script, lock_script, prepare_script, run_sh, start_script, warmup_script, write_record,
+    MARK, abort_script, gpu_memory_script, kill_marked_script, lock_script, prepare_script, run_sh, start_script,
+    warmup_script, write_record,
 )
 from gpuops.flow.warmup import WarmupError, run_warmups
 from gpuops.flow.watch import watch
@@ -103,6 +104,7 @@ def plan(job: Job) -> list[tuple[str, str]]:
     if job.playbook.warmup:
         for gpu in job.playbook.warmup.gpus:
             steps.append((f"warmup GPU {gpu}", t.render(bash(warmup_script(job.playbook, rid, gpu, local=job.local)))))
+            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", t.render(bash(gpu_memory_script((gpu,))))))
     steps.append(("start in tmux", t.render(bash(start_script(job.playbook, rid, _meta(job, rid, "running"), run_sh(job.playbook, rid, local=job.local))))))
     steps.append(("follow the log", t.render(follower_command(rid, job.session, 0, 0, -1, False))))
     ab = job.playbook.abort
