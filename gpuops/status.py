@@ -33,8 +33,11 @@ class TargetStatus:
 
     def as_json(self) -> dict[str, Any]:
         probe = self.probe
+        # The contract's `run` key where a run exists: the newest (run ids start with their start time).
+        runs = sorted(s.run.run_id for s in probe.sessions.values() if s.run) if probe else []
         return {
             "target": self.target,
+            **({"run": runs[-1]} if runs else {}),
             "host": self.host,
             "ctid": self.ctid,
             "reachable": self.reachable,
