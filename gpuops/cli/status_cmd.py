@@ -36,7 +36,7 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     sessions = (pb.launch.session,) if pb else None
     pool = Pool(inv)
     try:
-        if watch_every and not as_json:
+        if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
             return _watch(pool, inv, targets, sessions, watch_every)
         while True:
             results = gather(pool, inv, targets, sessions)
