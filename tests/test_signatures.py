@@ -310,6 +310,16 @@ def test_warn_and_abort_actions():
     assert [(h.rule, h.action) for h in hits] == [("nan", "abort"), ("slow", "warn")]
 
 
+def test_frequent_literal_lines_without_a_match_are_skipped_exactly():
+    rules = builtin_rules() + [regex_rule("diverged", r"loss [0-9]{3,}\.")]
+    steps = "".join(f"step {i} loss {2 + i / 1000:.4f}\n" for i in range(2000))
+    data = (steps + "step 2000 loss 123.4\nTimeout (0:04:00)!\nloss 1.0\n" + "Thread 0x7f (most recent call first):\n").encode()
+    hits = scan(data, rules)
+    assert [(h.rule, h.line_number) for h in hits] == [("diverged", 2001), ("faulthandler-timeout", 2002)]
+    assert hits == scan(data, rules, cls=LineByLine)
+    assert hits[1].excerpt.splitlines() == ["Timeout (0:04:00)!", "loss 1.0", "Thread 0x7f (most recent call first):"]
+
+
 def test_first_matching_rule_wins_per_line():
     rules = [regex_rule("first", r"loss"), regex_rule("second", r"nan")]
     assert [h.rule for h in scan(b"loss nan\nnan\n", rules)] == ["first", "second"]

@@ -594,39 +594,58 @@ class Matcher:
 
     def _scan_fast(self, data: bytes, start: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
         """Only the lines holding a trigger literal (or an escape sequence)."""
-        found: list[int] = []
-        for scanner in self._scanners:
-            if type(scanner) is bytes:
-                p = data.find(scanner, start, end)
+        found: list[tuple[int, int]] = []  # (position, scanner index, or -1: match the line)
+        for i, (searcher, owners) in enumerate(self._scanners):
+            key = -1 if owners is None else i
+            if type(searcher) is bytes:
+                p = data.find(searcher, start, end)
                 while p >= 0:
-                    found.append(p)
-                    p = data.find(scanner, p + len(scanner), end)
+                    found.append((p, key))
+                    p = data.find(searcher, p + len(searcher), end)
             else:
-                found.extend(m.start() for m in scanner.finditer(data, start, end))
+                found.extend((m.start(), key) for m in searcher.finditer(data, start, end))
         p = data.find(b"\x1b", start, end)
         while p >= 0:
-            found.append(p)
+            found.append((p, -1))
             p = data.find(b"\x1b", _eol(data, p, end, has_cr), end)
         if self._unfiltered:
-            self._search_lines(data, start, end, found)
+            found.extend((p, -1) for p in self._search_lines(data, start, end))
         found.sort()
-        pos = start
-        for p in found:
-            if p < pos:
+        pos = start  # the first line neither skipped nor matched yet
+        seen = start  # the end of the last line looked at
+        k = 0
+        while k < len(found):
+            p, key = found[k]
+            k += 1
+            if p < seen:
                 continue
-            lf = data.rfind(b"\n", pos, p)
-            cr = data.rfind(b"\r", lf + 1 if lf >= 0 else pos, p) if has_cr else -1
-            ls = max(lf, cr) + 1 or pos
-            self._skip(data, pos, ls, has_cr)
+            lf = data.rfind(b"\n", seen, p)
+            cr = data.rfind(b"\r", lf + 1 if lf >= 0 else seen, p) if has_cr else -1
+            ls = max(lf, cr) + 1 or seen
             eol = _eol(data, ls, end, has_cr)
-            self._visit(data[ls : min(eol, ls + self._max_line)], self._offset + ls, hits)
-            pos = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
+            keys = {key}
+            while k < len(found) and found[k][0] < eol:
+                keys.add(found[k][1])
+                k += 1
+            seen = eol + 2 if data[eol] == 13 and eol + 1 < end and data[eol + 1] == 10 else eol + 1
+            raw = data[ls : min(eol, ls + self._max_line)]
+            if -1 not in keys and not self._may_match(raw, keys):
+                continue  # a frequent literal without its rule's match: the line is skipped
+            self._skip(data, pos, ls, has_cr)
+            self._visit(raw, self._offset + ls, hits)
+            pos = seen
             if self._busy():
                 return pos
         self._skip(data, pos, end, has_cr)
         return end
 
-    def _search_lines(self, data: bytes, start: int, end: int, found: list[int]) -> None:
+    def _may_match(self, raw: bytes, keys: set[int]) -> bool:
+        """Does a rule owning one of the line's literals match it? (If not, matching the
+        whole line would change nothing: no other rule's literal is in it.)"""
+        text = _clean(raw)
+        return any(rule.regex.search(text) for key in keys for rule in self._scanners[key][1])  # type: ignore[union-attr]
+
+    def _search_lines(self, data: bytes, start: int, end: int) -> list[int]:
         """Rules without trigger literals: search each line, the region decoded at once.
 
         Decoding the whole region equals decoding line by line (lines split at
@@ -648,9 +667,10 @@ class Matcher:
         limit = self._max_line
         if lines and max(map(len, lines)) > limit:
             marked.update(i for i, line in enumerate(lines) if len(line) > limit)
-        if marked:
-            starts = list(accumulate(map(len, lines), initial=start))
-            found.extend(starts[i] for i in marked)
+        if not marked:
+            return []
+        starts = list(accumulate(map(len, lines), initial=start))
+        return [starts[i] for i in marked]
 
     def _skip(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
         """Count complete lines that hold no trigger; remember the last few."""
@@ -792,37 +812,65 @@ class Matcher:
         return None, None
 
 
-def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[bytes | re.Pattern[bytes], ...]]:
-    """What the fast path searches for: (rules to search line by line, literals and literal groups).
+def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[tuple, ...]]:
+    """What the fast path searches for: (rules to search line by line, scanners).
 
-    A rule that waits for a follow-up line is found through the follow-up's
-    literals (the wait is replayed from the last lines); literals sharing a
-    prefix are searched as one regex, which scans once for the prefix.
+    A scanner is (literal or regex of literals, owners): a line where it is found
+    is matched if one of its owner rules matches it, or always (owners None: a
+    traceback header, a follow-up line). A rule that waits for a follow-up line
+    is found through the follow-up's literals and its wait replayed from the last
+    lines. Literals sharing a prefix are searched as one regex (one scan for the
+    prefix); a literal containing another is found by the shorter one.
     """
-    literals: set[str] = set()
+    owners: dict[str, list[Rule] | None] = {}
     unfiltered: list[Rule] = []
+
+    def add(literal: str, rule: Rule | None) -> None:
+        if rule is None:
+            owners[literal] = None
+        elif owners.setdefault(literal, []) is not None:
+            owners[literal].append(rule)  # type: ignore[union-attr]
+
     for rule in rules:
         if rule.kind == "exception":
-            literals.add(_TB_TRIGGER)
+            add(_TB_TRIGGER, None)
             continue
-        triggers = rule.triggers
-        if rule.follow_regex is not None and rule.follow_within < _RECENT:
-            triggers = _required_literals(rule.follow_regex) or triggers
-        if not triggers:
-            unfiltered.append(rule)
-        literals.update(triggers)
-    encoded = {t.encode() for t in literals}
-    keep = sorted((t for t in encoded if not any(o != t and o in t for o in encoded)), key=len, reverse=True)
-    scanners: list[bytes | re.Pattern[bytes]] = []
-    groups: dict[bytes, list[bytes]] = {}
-    for lit in keep:
-        groups.setdefault(lit[:4] if len(lit) < 12 else lit, []).append(lit)
+        if rule.follow_regex is not None:
+            follow = _required_literals(rule.follow_regex) if rule.follow_within < _RECENT else ()
+            for literal in follow or rule.triggers:
+                add(literal, None)
+            if follow or rule.triggers:
+                continue
+        elif rule.triggers:
+            for literal in rule.triggers:
+                add(literal, rule)
+            continue
+        unfiltered.append(rule)
+    kept: dict[bytes, list[Rule] | None] = {}
+    for literal in sorted(owners, key=len):
+        encoded = literal.encode()
+        into = next((k for k in kept if k in encoded), encoded)
+        _merge(kept, into, owners[literal])
+    groups: dict[bytes, dict[bytes, list[Rule] | None]] = {}
+    for encoded, own in sorted(kept.items(), key=lambda kv: -len(kv[0])):
+        groups.setdefault(encoded[:4] if len(encoded) < 12 else encoded, {})[encoded] = own
+    scanners = []
     for members in groups.values():
-        if len(members) == 1:
-            scanners.append(members[0])
-        else:
-            scanners.append(re.compile(b"|".join(re.escape(m) for m in members)))
+        merged: dict[bytes, list[Rule] | None] = {}
+        for own in members.values():
+            _merge(merged, b"", own)
+        searcher = next(iter(members)) if len(members) == 1 else re.compile(b"|".join(map(re.escape, members)))
+        own = merged[b""]
+        scanners.append((searcher, None if own is None else tuple(dict.fromkeys(own))))
     return tuple(unfiltered), tuple(scanners)
+
+
+def _merge(table: dict, key: bytes, own: list[Rule] | None) -> None:
+    """Add owners to table[key]; None (always match the line) wins."""
+    if own is None or table.get(key, []) is None:
+        table[key] = None
+    else:
+        table.setdefault(key, []).extend(own)
 
 
 def _next_eol(data: bytes, pos: int, end: int) -> int:
