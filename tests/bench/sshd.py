@@ -106,6 +106,7 @@ class SshServer:
         self.log = self.dir / "sshd.log"
         self.host_key_fingerprint = ""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._frozen: list[int] = []
         _keygen(self.client_key, "gpuops-bench-client")
         self.authorized_keys.write_text(Path(f"{self.client_key}.pub").read_text())
         self._new_host_key()
@@ -132,6 +133,7 @@ class SshServer:
 
     def stop(self) -> None:
         """Stop the listener and every connection it served (their sshd processes, not user commands)."""
+        self.thaw()
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -174,6 +176,32 @@ class SshServer:
         conns = _children(self._proc.pid)
         procs.kill_all([p for pid in conns for p in self._sshd_descendants(pid)] + conns)
         return len(conns)
+
+    def freeze(self, *, connections_only: bool = False) -> list[int]:
+        """SIGSTOP sshd: the host stops answering while TCP stays up (the kernel still accepts and acks).
+
+        Every connection's sshd processes are stopped (a silent peer), and unless `connections_only`
+        the listener too (new clients connect but never see a banner). thaw() resumes; stop() thaws first.
+        """
+        if self._proc is None:
+            return []
+        pids = self._sshd_descendants(self._proc.pid) + ([] if connections_only else [self._proc.pid])
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        self._frozen += pids
+        return pids
+
+    def thaw(self) -> None:
+        """SIGCONT whatever freeze() stopped."""
+        pids, self._frozen = self._frozen, []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def connection_count(self) -> int:
         """How many client connections authenticated so far (the "Accepted publickey" lines in the log)."""
