@@ -81,8 +81,13 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
 
 
 def _kill(job: Job, run_id: str, gpu: int) -> None:
-    """Kill the warmup's whole process tree, found by its environment marker."""
-    job.run(bash(kill_marked_script(f"GPUOPS_PHASE=warmup-{gpu}")), timeout=max(job.timeout, 20.0))
+    """Kill the warmup's whole process tree, found by the run's marker.
+
+    GPUOPS_PHASE=warmup-N names no run: another launch warming the same GPU index on this
+    target (another session) would be killed too. During warmup only warmup processes carry
+    the run's id, so the run marker finds exactly this warmup (and children it detached).
+    """
+    job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 20.0))
 
 
 def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
