@@ -27,8 +27,8 @@ chunks with C-speed primitives: ``bytes.find`` for each rule's trigger literals
 line ends. Only lines holding a trigger or an escape sequence, and every line
 while a traceback or a wait is open, are decoded and matched one by one, by the
 same code that would match every line; the result is identical either way
-(tests compare the two). A rule whose regex has no literal text is checked on
-every line, which is several times slower.
+(tests compare the two). A rule whose regex has no literal text is searched in
+every line of the decoded chunk, several times slower.
 """
 
 from __future__ import annotations
@@ -232,7 +232,8 @@ def regex_rule(name: str, pattern: str, action: str = ABORT) -> Rule:
 
     Raises ValueError with the rule name and the regex error on a bad pattern.
     The literal text every match must contain becomes the rule's triggers; a
-    pattern without any (or case-insensitive) is checked on every line.
+    pattern without any (``^\\d+$``, or case-insensitive) is searched in every
+    line, several times slower.
     """
     regex = _compile(name, pattern)
     return Rule(
