@@ -47,7 +47,13 @@ def lock_script(session: str, holder: str, probe: Script, idle_release: int = 30
         'G="$HOME/.gpuops"; mkdir -p "$G/locks" "$G/runs" "$G/sessions" || exit 70',
         f'L="$G/locks/"{q}',
         'exec 9>>"$L.lock"',
-        f'if ! flock -n 9; then echo "{MARK}busy $(head -c 300 "$L.holder" 2>/dev/null)"; exit 75; fi',
+        # Held without a holder's name: a launcher that is just writing it, or a status probe peeking
+        # (flock -n ... true): retry for a moment, so a refusal is real and names who holds the lock.
+        "i=0; until flock -n 9; do",
+        '  h=$(head -c 300 "$L.holder" 2>/dev/null)',
+        f'  if [ -n "$h" ] || [ $i -ge 20 ]; then echo "{MARK}busy $h"; exit 75; fi',
+        "  sleep 0.05; i=$((i+1))",
+        "done",
         'stale=$(head -c 300 "$L.holder" 2>/dev/null)',
         Cmd("printf", "%s\\n", holder) + [Raw('>"$L.holder"')],
         f'[ -n "$stale" ] && echo "{MARK}stale $stale"',
