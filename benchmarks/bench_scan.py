@@ -172,7 +172,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated log and print its path")
     args = parser.parse_args()
 
-    fd, name = tempfile.mkstemp(prefix="gpuops-bench-", suffix=".log")
+    fd, name = tempfile.mkstemp(prefix="gpuops-scan-bench-", suffix=".log")
     os.close(fd)
     path = Path(name)
     try:
