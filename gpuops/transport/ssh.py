@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import getpass
+import logging
 import os
 import select
 import socket
@@ -18,6 +19,10 @@ from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
 from gpuops.transport.hostkeys import HostKeyPolicy, changed_key_error, load_known_hosts
+
+# paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
+# with logging unconfigured Python prints them on stderr. gpuops reports those failures itself.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE}
 
@@ -147,7 +152,8 @@ class SshTransport:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise ConnectError(
                 self.label,
-                f"cannot connect to {self._where()}: {_describe(exc)} (gave up after {self.retry_time:g}s of retries)",
+                f"cannot connect to {self._where()}: {_describe_connect(exc, self.host.connect_timeout)}"
+                f" (gave up after {self.retry_time:g}s of retries)",
                 hint="check the address and port in the inventory, and that sshd is running",
             ) from None
         self.connections_made += 1
@@ -227,6 +233,17 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
+
+
+def _describe_connect(exc: BaseException, timeout: float) -> str:
+    """Why a connect attempt failed; paramiko's "No existing session" means the handshake never finished."""
+    text = str(exc)
+    if isinstance(exc, paramiko.SSHException) and any(s in text for s in ("No existing session", "Negotiation timed out")):
+        return f"no SSH handshake within {timeout:g}s (the port accepts connections, but no SSH server answers there)"
+    if isinstance(exc, paramiko.SSHException) and text.startswith("Error reading SSH protocol banner"):
+        rest = text[len("Error reading SSH protocol banner"):].strip().splitlines()
+        return f"no SSH banner ({rest[0]})" if rest else f"no SSH banner within {timeout:g}s"
+    return _describe(exc)
 
 
 class _Connection:
