@@ -28,6 +28,17 @@ def current_run(job: Any) -> Any:
     return state.run
 
 
+def wait_started(job: Any, info: Any, deadline: float | None) -> Any:
+    """A launch in progress (preflight, warmup) has no session yet: wait until it starts training or gives up.
+
+    Following it at once would take the missing session for a lost run and reap its warmup.
+    """
+    while info.state == "warming" and (deadline is None or time.monotonic() < deadline):
+        time.sleep(1.0)
+        info = current_run(job)
+    return info
+
+
 def run_logs(inventory: str | None, playbook: str | None, target: str | None, *, follow: bool, tail: int | None,
              no_abort: bool, timeout: float | None, as_json: bool, verbose: bool) -> int:
     from gpuops.flow.watch import watch
@@ -38,6 +49,15 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
     try:
         info = current_run(job)
         deadline = time.monotonic() + timeout if (timeout and follow) else None
+        if follow and info.state == "warming":
+            render.event(Event("waiting_start", job.target.name, info.run_id, {"phase": info.meta.get("phase")}))
+            info = wait_started(job, info, deadline)
+            phase = info.meta.get("phase")
+            if info.state != "warming" and phase != "running":
+                code = ExitCode.WARMUP if phase == "warmup-failed" else ExitCode.TRAINING_FAILED
+                render.outcome(Outcome("not-started", code, f"run {info.run_id} never started: its launch ended in phase '{phase}'",
+                                       {"run": info.run_id}), job.target.name)
+                return code
         events = watch(job, info.run_id, tail=-1 if tail is None else tail, abort_on_match=follow and not no_abort,
                        deadline=deadline, once=not follow)
         if follow:
