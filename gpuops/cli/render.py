@@ -107,6 +107,8 @@ class TextRenderer:
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB" for g in ev.get("gpus", []))
             self.say(f"{tag} run {ev.run} stopped in {ev.get('seconds')}s; session gone" + (f"; GPUs {gpus}" if gpus else "")
                      + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else ""))
+        elif k == "waiting_start":
+            self.say(f"{tag} run {ev.run} is being launched ({ev.get('phase')}); following once training starts")
         elif k == "reconnecting":
             self.say(f"{tag} connection lost ({ev.get('error')}); reconnecting (attempt {ev.get('attempt')})")
         elif k == "reconnected":
