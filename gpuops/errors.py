@@ -19,6 +19,7 @@ class ExitCode:
     STALLED = 8
     TIMEOUT = 124
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE
 
 
 class GpuopsError(Exception):

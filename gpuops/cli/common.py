@@ -84,6 +84,12 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
         except KeyboardInterrupt:
             code = ExitCode.INTERRUPTED
             _report(as_json, code, "interrupted", "interrupted", None, None)
+        except BrokenPipeError:
+            # The reader of our stdout went away (`gpuops logs | head`): stop quietly, as
+            # shell tools do; a followed run stays alive. Point stdout at /dev/null so the
+            # interpreter's final flush does not complain.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = ExitCode.BROKEN_PIPE
         except click.exceptions.Exit:
             raise
         except click.ClickException:
