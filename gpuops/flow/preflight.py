@@ -94,6 +94,7 @@ class LaunchLock:
         self._stop.set()
         if self._stream is not None:
             try:
+                self._stream.write(b"release\n")  # else the target takes us for a launcher that died
                 self._stream.close_stdin()
                 self._stream.wait(5.0)
             except Exception:  # releasing over a dead connection: the target frees it by itself

@@ -61,8 +61,11 @@ def lock_script(session: str, holder: str, probe: Script, idle_release: int = 30
         *probe.lines,
         "} 9>&-",
         f'echo "{MARK}locked"',
-        # Hold the lock while the launcher sends heartbeats; a silent launcher is a dead one.
-        f"while IFS= read -r -t {idle_release} line; do :; done",
+        # Hold the lock while the launcher sends heartbeats; a silent launcher is a dead one. A launcher
+        # that ends normally says `release`; one that died leaves its name in the holder file, so the
+        # next launch reports the recovery (`stale`).
+        "released=",
+        f'while IFS= read -r -t {idle_release} line; do [ "$line" = release ] && {{ released=1; break; }}; done',
         # A launcher that died during warmup left its warmup running (holding the GPU): stop it, as
         # the launcher would have, before the lock is free. Quietly: our stdout may be gone with it.
         f'R=$(head -c 64 "$G/sessions/"{q} 2>/dev/null)',
@@ -73,7 +76,8 @@ def lock_script(session: str, holder: str, probe: Script, idle_release: int = 30
         *kill_marked_script("GPUOPS_RUN_ID=").lines[1:],
         "  ) >/dev/null 2>&1",
         "fi",
-        'rm -f "$L.holder"',
+        '[ -n "$released" ] && rm -f "$L.holder"',
+        "true",
     )
 
 
