@@ -241,17 +241,18 @@ class LogFollower:
                 return
             except (ConnectError, OSError, EOFError, _Dead) as exc:
                 self.close()
-                gone = self._container_gone() if isinstance(exc, _Dead) and exc.closed else None
-                if gone:
-                    # Reconnecting cannot help: the run went down with its container.
-                    yield Ended("container-" + gone, None)
-                    return
                 now = self.clock()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > self.give_up_after:
                     raise ConnectError(self.transport.label, f"lost the connection and could not get it back in {self.give_up_after:g}s") from None
                 attempt += 1
                 yield Reconnecting(str(exc) or type(exc).__name__, attempt)
+                # Said first: when the host itself is down, this check waits out the connect retries.
+                gone = self._container_gone() if isinstance(exc, _Dead) and exc.closed else None
+                if gone:
+                    # Reconnecting cannot help: the run went down with its container.
+                    yield Ended("container-" + gone, None)
+                    return
                 time.sleep(min(5.0, 0.2 * (2 ** min(attempt, 5))))
                 try:
                     self.transport.reconnect()
@@ -282,7 +283,10 @@ class LogFollower:
                     raise _Dead(f"no word from {self.transport.label} for {self.dead_after:g}s")
                 continue
             if chunk == b"":
-                raise _Dead("the connection closed", closed=True)
+                # An exit status means the connection is up and the follower itself ended (killed, or its
+                # container stopped); none (-1 from paramiko) means the connection dropped.
+                code = self._stream.wait(2.0)
+                raise _Dead("the connection closed", closed=code is not None and code >= 0)
             last = now
             for event in frames.feed(chunk):
                 if isinstance(event, Data):
