@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Iterator
 
@@ -10,6 +11,9 @@ from gpuops.flow.abort import abort_run, reap
 from gpuops.flow.events import Event, Outcome
 from gpuops.flow.job import Job
 from gpuops.follow import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 def build_matcher(job: Job, start_offset: int = 0) -> Any:
@@ -48,9 +52,11 @@ def watch(
     follower = LogFollower(job.transport, run_id, job.session, tail=tail, once=once)
     matcher = None
     first_abort: Any = None
+    log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
     try:
         for ev in follower:
             if isinstance(ev, Data):
+                log_tail = (log_tail + ev.data)[-4096:]
                 if matcher is None:
                     matcher = build_matcher(job, ev.offset)
                 yield Event("log", target, run_id, {"offset": ev.offset, "bytes": ev.data})
@@ -63,6 +69,7 @@ def watch(
                             return
             elif isinstance(ev, Reset):
                 matcher = None
+                log_tail = b""
                 yield Event("log_reset", target, run_id, {"why": ev.why})
             elif isinstance(ev, Heartbeat):
                 if deadline is not None and time.monotonic() >= deadline:
@@ -82,7 +89,7 @@ def watch(
                         yield Event("match", target, run_id, _hit_data(hit, job))
                         if hit.action == "abort" and first_abort is None:
                             first_abort = hit
-                yield from _ended(job, run_id, ev, first_abort, abort_on_match, once)
+                yield from _ended(job, run_id, ev, first_abort, abort_on_match, once, _last_line(log_tail, job))
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 yield from _timeout(job, run_id)
@@ -132,8 +139,20 @@ def _abort_events(job: Job, run_id: str, reason: str, hit: Any, **extra: Any) ->
         )
 
 
-def _ended(job: Job, run_id: str, ev: Ended, first_abort: Any, abort_on_match: bool, once: bool) -> Iterator[Event | Outcome]:
+def _last_line(tail: bytes, job: Job) -> str | None:
+    """The log's last non-blank line, colours removed and secrets masked: why a failed run failed, at a glance."""
+    for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
+        text = _ANSI.sub("", raw.decode("utf-8", "replace")).strip()
+        if text:
+            return job.mask(text[-300:])
+    return None
+
+
+def _ended(job: Job, run_id: str, ev: Ended, first_abort: Any, abort_on_match: bool, once: bool,
+           last_line: str | None = None) -> Iterator[Event | Outcome]:
     target = job.target.name
+    said = {"last_line": last_line} if last_line else {}
+    last = f"; last log line: {last_line}" if last_line else ""
     if ev.how == "once":
         yield Outcome("printed", ExitCode.OK, "", {"run": run_id})
         return
@@ -174,14 +193,14 @@ def _ended(job: Job, run_id: str, ev: Ended, first_abort: Any, abort_on_match: b
         return
     if ev.how == "gone" or ev.code is None:
         yield Outcome("lost", ExitCode.TRAINING_FAILED,
-                      f"run {run_id} ended without an exit code: its tmux session is gone (killed by hand, or the container stopped)",
-                      {"run": run_id})
+                      f"run {run_id} ended without an exit code: its tmux session is gone (killed by hand, or the container stopped){last}",
+                      {"run": run_id, **said})
         return
     if ev.code == 0:
         yield Outcome("succeeded", ExitCode.OK, f"run {run_id} finished with exit code 0", {"run": run_id, "command_exit_code": 0})
     else:
-        yield Outcome("failed", ExitCode.TRAINING_FAILED, f"run {run_id}: training exited with code {ev.code}{_signal_note(ev.code)}",
-                      {"run": run_id, "command_exit_code": ev.code})
+        yield Outcome("failed", ExitCode.TRAINING_FAILED, f"run {run_id}: training exited with code {ev.code}{_signal_note(ev.code)}{last}",
+                      {"run": run_id, "command_exit_code": ev.code, **said})
 
 
 def _container_lost(job: Job, run_id: str, state: str) -> Outcome:
