@@ -108,7 +108,11 @@ def _wd_for_run(playbook: Playbook, local: bool) -> list[Cmd | str]:
     for line in lines:
         text = line.render() if isinstance(line, Cmd) else line
         if text.endswith("|| exit 126"):
-            text = text[: -len("|| exit 126")] + '|| { echo "gpuops: cannot cd to the workdir" >>"$D/log"; echo 126 >"$D/exit_code"; exit 126; }'
+            # The reason (bash's own words, less its "run.sh: line N: cd: " prefix) goes into the log.
+            text = text[: -len("|| exit 126")] + (
+                '2>"$D/cd.err" || { printf "gpuops: cannot cd to the workdir: %s; training not started\\n" '
+                '"$(sed "s/^[^:]*: line [0-9]*: cd: //" "$D/cd.err")" >>"$D/log"; echo 126 >"$D/exit_code"; exit 126; }'
+            )
         out.append(text)
     return out
 
