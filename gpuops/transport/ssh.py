@@ -228,7 +228,9 @@ class SshTransport:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return "connection refused"
+        # paramiko folds both "refused" and "no route to host" into this one error.
+        unreachable = any(getattr(e, "errno", None) == errno.EHOSTUNREACH for e in exc.errors.values())
+        return "no route to host (the host is down or unreachable)" if unreachable else "connection refused"
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "timed out"
     text = str(exc) or type(exc).__name__
