@@ -4,7 +4,9 @@ A small stdlib-only Python program runs on the target. It sends framed messages:
 `D <inode> <offset> <len>` + bytes, `T <inode>` (truncated: back to 0), `R` (rotated:
 a new file), `H <now> <size> <mtime>` (heartbeat, every second: liveness and stall),
 `E <how> <code>` (the run ended and the log is drained). No message for `dead_after`
-seconds means a dead peer: the client reconnects and resumes from its offset.
+seconds means a dead peer: the client reconnects and resumes from its offset. A heartbeat's
+size is -1 while unknown and -2 while the log file is missing (its mtime is then the last
+growth seen, else when it was found missing).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ while True:
             f.seek(offset)
         except OSError:
             f = None
+            if size != -2:
+                size = -2; mtime = mtime or time.time()
     got = False
     if f is not None:
         data = f.read(1 << 20)

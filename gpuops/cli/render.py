@@ -99,6 +99,8 @@ class TextRenderer:
             self.say(f"{tag} {ev.get('action').upper()}: rule '{ev.get('rule')}' matched at log line {ev.get('line_number')}: {ev.get('line')}")
             if ev.get("action") == "abort":
                 self.say("\n".join("    | " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
+        elif k == "log_missing":
+            self.say(f"{tag} the run's log {ev.get('log')} is missing (deleted?): no output can be seen")
         elif k == "stall":
             self.say(f"{tag} STALL: no log output for {ev.get('seconds')}s (stall_timeout {ev.get('stall_timeout')}s)")
         elif k == "abort_start":

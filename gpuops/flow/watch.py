@@ -53,6 +53,7 @@ def watch(
     matcher = None
     first_abort: Any = None
     log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
+    missing = 0  # heartbeats in a row that found no log file (deleted under the run): counts as no output
     try:
         for ev in follower:
             if isinstance(ev, Data):
@@ -75,9 +76,13 @@ def watch(
                 if deadline is not None and time.monotonic() >= deadline:
                     yield from _timeout(job, run_id)
                     return
-                if stall > 0 and ev.size >= 0 and ev.now - ev.mtime >= stall and not once:
-                    yield Event("stall", target, run_id, {"seconds": round(ev.now - ev.mtime, 1), "stall_timeout": stall})
-                    yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1))
+                missing = missing + 1 if ev.size == -2 else 0
+                if missing == 2:  # not a rotation's brief gap: said once
+                    yield Event("log_missing", target, run_id, {"log": f"~/.gpuops/runs/{run_id}/log"})
+                if stall > 0 and ev.size != -1 and ev.now - ev.mtime >= stall and not once:
+                    note = {"log_missing": True} if ev.size == -2 else {}
+                    yield Event("stall", target, run_id, {"seconds": round(ev.now - ev.mtime, 1), "stall_timeout": stall, **note})
+                    yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1), **note)
                     return
             elif isinstance(ev, Reconnecting):
                 yield Event("reconnecting", target, run_id, {"error": ev.error, "attempt": ev.attempt})
@@ -128,7 +133,8 @@ def _abort_events(job: Job, run_id: str, reason: str, hit: Any, **extra: Any) ->
     if reason == "stall":
         yield Outcome(
             "stalled", ExitCode.STALLED,
-            f"run {run_id} stalled: no log output for {extra.get('seconds')}s (stall_timeout {job.playbook.watch.stall_timeout:g}s); stopped",
+            f"run {run_id} stalled: no log output for {extra.get('seconds')}s (stall_timeout {job.playbook.watch.stall_timeout:g}s"
+            + ("; its log file is missing" if extra.get("log_missing") else "") + "); stopped",
             {"run": run_id, "rule": "stall", "gpus": result.gpus},
         )
     else:
