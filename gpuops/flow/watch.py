@@ -54,10 +54,12 @@ def watch(
     first_abort: Any = None
     log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
     missing = 0  # heartbeats in a row that found no log file (deleted under the run): counts as no output
+    stall_said = False  # --no-abort: a stall is reported once, until the log grows again
     try:
         for ev in follower:
             if isinstance(ev, Data):
                 log_tail = (log_tail + ev.data)[-4096:]
+                stall_said = False
                 if matcher is None:
                     matcher = build_matcher(job, ev.offset)
                 yield Event("log", target, run_id, {"offset": ev.offset, "bytes": ev.data})
@@ -79,11 +81,13 @@ def watch(
                 missing = missing + 1 if ev.size == -2 else 0
                 if missing == 2:  # not a rotation's brief gap: said once
                     yield Event("log_missing", target, run_id, {"log": f"~/.gpuops/runs/{run_id}/log"})
-                if stall > 0 and ev.size != -1 and ev.now - ev.mtime >= stall and not once:
+                if stall > 0 and ev.size != -1 and ev.now - ev.mtime >= stall and not once and not stall_said:
                     note = {"log_missing": True} if ev.size == -2 else {}
                     yield Event("stall", target, run_id, {"seconds": round(ev.now - ev.mtime, 1), "stall_timeout": stall, **note})
-                    yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1), **note)
-                    return
+                    if abort_on_match:
+                        yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1), **note)
+                        return
+                    stall_said = True  # --no-abort never stops the run
             elif isinstance(ev, Reconnecting):
                 yield Event("reconnecting", target, run_id, {"error": ev.error, "attempt": ev.attempt})
             elif isinstance(ev, Reconnected):
