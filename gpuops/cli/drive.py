@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Iterator
 
-from gpuops.errors import GpuopsError
+from gpuops.errors import ExitCode, GpuopsError
 from gpuops.flow.events import Event, Outcome
 
 
@@ -25,6 +26,8 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
                 state["run"] = item.run
             if item.kind in ("started", "following"):
                 state["started"] = True
+            elif item.kind == "abort_start":
+                state["aborting"] = True
             render.event(item)
     except GpuopsError as exc:
         # The boundary reports it: its JSON summary names the target and the run, as every event does.
@@ -36,3 +39,11 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
         if close:
             close()
     return 1
+
+
+def interrupted_abort(job: Any, state: dict[str, Any], inventory: str | None, playbook: str | None) -> Outcome:
+    """Ctrl-C while a run was being stopped: the target may still be at it; `gpuops stop` makes sure."""
+    how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+    return Outcome("interrupted", ExitCode.INTERRUPTED,
+                   f"interrupted while stopping run {state.get('run')}; to make sure it is stopped, run: {how}",
+                   {"run": state.get("run"), "run_alive": None})
