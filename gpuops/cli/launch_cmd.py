@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from gpuops.cli.common import load_job, report_cost
-from gpuops.cli.drive import drive, renderer
+from gpuops.cli.drive import drive, interrupted_abort, renderer
 from gpuops.errors import ExitCode
 from gpuops.flow.events import Outcome
 
@@ -38,7 +38,9 @@ def run_launch(inventory: str | None, playbook: str | None, target: str | None, 
 
 
 def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None) -> int:
-    if state.get("started"):
+    if state.get("aborting"):
+        outcome = interrupted_abort(job, state, inventory, playbook)
+    elif state.get("started"):
         how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
         msg = f"stopped following; run {state.get('run')} is still alive in tmux session '{job.session}'. Reattach with: {how}"
         outcome = Outcome("interrupted", ExitCode.INTERRUPTED, msg, {"run": state.get("run"), "run_alive": True})
