@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gpuops.cli.common import load_job, report_cost
-from gpuops.cli.drive import drive, renderer
+from gpuops.cli.drive import drive, interrupted_abort, renderer
 from gpuops.command import bash
 from gpuops.errors import ExitCode, NoRun
 from gpuops.flow.events import Event, Outcome
@@ -64,6 +64,9 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
             render.event(Event("following", job.target.name, info.run_id, {"state": info.state}))
         return drive(events, render, job.target.name, state)
     except KeyboardInterrupt:
+        if state.get("aborting"):
+            render.outcome(interrupted_abort(job, state, inventory, playbook), job.target.name)
+            return ExitCode.INTERRUPTED
         how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
         render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED,
                                f"stopped following; the run is still alive in tmux session '{job.session}'. Reattach with: {how}",
