@@ -85,7 +85,8 @@ def watch(
                     note = {"log_missing": True} if ev.size == -2 else {}
                     yield Event("stall", target, run_id, {"seconds": round(ev.now - ev.mtime, 1), "stall_timeout": stall, **note})
                     if abort_on_match:
-                        yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1), **note)
+                        yield from _abort_events(job, run_id, "stall", None, seconds=round(ev.now - ev.mtime, 1),
+                                                 last_line=_last_line(log_tail, job), **note)
                         return
                     stall_said = True  # --no-abort never stops the run
             elif isinstance(ev, Reconnecting):
@@ -138,8 +139,9 @@ def _abort_events(job: Job, run_id: str, reason: str, hit: Any, **extra: Any) ->
         yield Outcome(
             "stalled", ExitCode.STALLED,
             f"run {run_id} stalled: no log output for {extra.get('seconds')}s (stall_timeout {job.playbook.watch.stall_timeout:g}s"
-            + ("; its log file is missing" if extra.get("log_missing") else "") + "); stopped",
-            {"run": run_id, "rule": "stall", "gpus": result.gpus},
+            + ("; its log file is missing" if extra.get("log_missing") else "") + "); stopped"
+            + (f"; last log line: {extra['last_line']}" if extra.get("last_line") else ""),
+            {"run": run_id, "rule": "stall", "gpus": result.gpus, "last_line": extra.get("last_line")},
         )
     else:
         yield Outcome(
