@@ -47,10 +47,19 @@ class Job:
 
     def mask(self, text: str) -> str:
         """Replace every secret value in text (error messages, output) with ***."""
-        for secret in sorted(self.playbook.secrets, key=len, reverse=True):
-            if len(secret) >= 3:
-                text = text.replace(secret, MASK)
+        for secret in self._masked:
+            text = text.replace(secret, MASK)
         return text
+
+    @property
+    def _masked(self) -> list[str]:
+        """The secrets, and each line of a multi-line one (output is shown line by line), longest first."""
+        parts: set[str] = set()
+        for secret in self.playbook.secrets:
+            parts.add(secret)
+            for line in secret.splitlines():
+                parts.update((line, line.strip()))
+        return sorted((p for p in parts if len(p) >= 3), key=len, reverse=True)
 
 
 def holder_id() -> str:
