@@ -110,7 +110,8 @@ def plan(job: Job) -> list[tuple[str, str]]:
     ab = job.playbook.abort
     steps.append(("on a match or stall: abort", t.render(bash(abort_script(job.session, rid, ab.signal, ab.grace, "<abort record>", job.run_gpus, job.playbook.preflight.max_memory_used_mib)))))
     steps.append(("after the run: reap leftover processes", t.render(bash(kill_marked_script(f"GPUOPS_RUN_ID={rid}")))))
-    return [(name, text.replace(rid, run_id)) for name, text in steps]
+    # Secret env values render as ***; a secret also written literally into a command is masked too.
+    return [(name, job.mask(text.replace(rid, run_id))) for name, text in steps]
 
 
 def stop(job: Job) -> Iterator[Event | Outcome]:
