@@ -35,14 +35,18 @@ def require(path: str | None, what: str, env: str) -> str:
     return path
 
 
-def load_job(inventory: str | None, playbook: str | None, target: str | None, *, dry: bool = False) -> Any:
-    """Inventory + playbook + target -> a Job with its transport (not connected)."""
+def load_job(inventory: str | None, playbook: str | None, target: str | None, *, dry: bool = False,
+             need_env: bool = True) -> Any:
+    """Inventory + playbook + target -> a Job with its transport (not connected).
+
+    need_env=False: the command only looks at a run (logs, stop), so from_env variables may be unset here.
+    """
     from gpuops.config import load_inventory, load_playbook, resolve_target
     from gpuops.flow.job import Job
     from gpuops.transport import Pool, dry_transport
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
-    pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"))
+    pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
     tgt = resolve_target(inv, pb, target)
     transport = dry_transport(inv, tgt) if dry else Pool(inv).target(tgt)
     return Job(inv, pb, tgt, transport)

@@ -43,7 +43,7 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
              no_abort: bool, timeout: float | None, as_json: bool, verbose: bool) -> int:
     from gpuops.flow.watch import watch
 
-    job = load_job(inventory, playbook, target)
+    job = load_job(inventory, playbook, target, need_env=False)
     render = renderer(as_json, verbose)
     state: dict[str, Any] = {"started": True}
     try:
@@ -80,7 +80,7 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
 def run_stop(inventory: str | None, playbook: str | None, target: str | None, *, as_json: bool, verbose: bool) -> int:
     from gpuops.flow.launch import stop
 
-    job = load_job(inventory, playbook, target)
+    job = load_job(inventory, playbook, target, need_env=False)
     try:
         return drive(stop(job), renderer(as_json, verbose), job.target.name, {})
     finally:

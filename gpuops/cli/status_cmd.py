@@ -15,7 +15,7 @@ def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]
     from gpuops.config import load_inventory, load_playbook, resolve_target
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
-    pb = load_playbook(playbook) if playbook else None
+    pb = load_playbook(playbook, need_env=False) if playbook else None
     if names:
         targets = [resolve_target(inv, None, n) for n in names]
     elif pb is not None and pb.target:

@@ -32,8 +32,12 @@ ENV_VALUE_KEYS = ("value", "from_env", "secret")
 SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM", "PIPE")
 
 
-def load_playbook(path: str, *, environ: Env[str, str] = os.environ) -> Playbook:
-    """Read and validate a playbook; from_env values are read from environ now."""
+def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: bool = True) -> Playbook:
+    """Read and validate a playbook; from_env values are read from environ now.
+
+    need_env=False is for commands that only look at a run (logs, stop, status): they run from
+    another machine than the launcher, which may not have the launcher's from_env variables.
+    """
     root = load(path)
     if root is None:
         raise ConfigError(Mark(path, 1, 1), "the file is empty; expected a playbook (launch: is required)")
@@ -47,7 +51,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ) -> Playbook
         target=s.name(target_node, "a target name") if target_node else None,
         target_mark=target_node.mark if target_node else None,
         workdir=s.nonempty(workdir_node, "a directory") if workdir_node else None,
-        env=_env(top, environ),
+        env=_env(top, environ, need_env),
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
         launch=_launch(top.require("launch", "a mapping with session and command")),
@@ -68,7 +72,7 @@ def _identifier(node: Node, what: str) -> str:
     )
 
 
-def _env(top: s.Section, environ: Env[str, str]) -> tuple[EnvVar, ...]:
+def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple[EnvVar, ...]:
     listed: dict[str, Mark] = {}
     secrets_node = top.get("secrets")
     for item in s.items(secrets_node, "env variable names") if secrets_node else ():
@@ -80,7 +84,7 @@ def _env(top: s.Section, environ: Env[str, str]) -> tuple[EnvVar, ...]:
     env_node = top.get("env")
     for key, node in s.entries(env_node, "env") if env_node else ():
         var = _identifier(key, "an environment variable name")
-        value, secret = _env_value(var, node, environ)
+        value, secret = _env_value(var, node, environ, need_env)
         if secret is False and var in listed:
             raise ConfigError(key.mark, f"env '{var}' says secret: false but is listed in secrets")
         if secret is None:
@@ -93,7 +97,7 @@ def _env(top: s.Section, environ: Env[str, str]) -> tuple[EnvVar, ...]:
     return tuple(variables)
 
 
-def _env_value(var: str, node: Node, environ: Env[str, str]) -> tuple[str, bool | None]:
+def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = True) -> tuple[str, bool | None]:
     """The value and the explicit secret flag (None: decided by name and the secrets list)."""
     what = f"a string or number for env '{var}'"
     if isinstance(node, Scalar):
@@ -108,6 +112,8 @@ def _env_value(var: str, node: Node, environ: Env[str, str]) -> tuple[str, bool 
         raise ConfigError(sec.key_mark("from_env"), f"env '{var}' takes 'value' or 'from_env', not both")
     if from_node is not None:
         source = _identifier(from_node, "an environment variable name")
+        if source not in environ and not need_env:
+            return "", True if secret is None else secret
         if source not in environ:
             raise ConfigError(
                 from_node.mark, f"environment variable '{source}' is not set (env '{var}' reads it with from_env)"
