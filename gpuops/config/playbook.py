@@ -28,6 +28,7 @@ WATCH_KEYS = ("builtin", "rules", "stall_timeout")
 RULE_KEYS = ("name", "pattern", "action")
 ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
+SESSION_MAX = 100  # tmux takes more; gpuops names files after it (~/.gpuops/locks/<session>.holder)
 # Signals that stop a process by default, by their portable names.
 SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM", "PIPE")
 
@@ -209,6 +210,16 @@ def _session_problem(session: str) -> str | None:
         return "it cannot contain whitespace or control characters"
     if session.startswith("-"):
         return "it cannot start with '-' (tmux would read it as an option)"
+    if not session.isascii():
+        return "use ASCII characters only (tmux in a C locale replaces the others with '_', so names would collide)"
+    if "#" in session:
+        return "it cannot contain '#' (tmux expands #{...} and #(...) in names)"
+    if "\\" in session:
+        return "it cannot contain '\\' (tmux stores it escaped, so the session could not be found again)"
+    if "/" in session:
+        return "it cannot contain '/' (gpuops keeps a file per session under ~/.gpuops)"
+    if len(session) > SESSION_MAX:
+        return f"it is longer than {SESSION_MAX} characters"
     return None
 
 
