@@ -35,8 +35,12 @@ def workdir_lines(playbook: Playbook, *, local: bool) -> list[Cmd | str]:
         path = os.path.normpath(os.path.join(base, os.path.expanduser(playbook.workdir or ".")))
         return [Raw(f"{Cmd('cd', '--', path).render()} || exit 126").text]
     lines: list[Cmd | str] = ['cd "$HOME"']
-    if playbook.workdir:
-        lines.append(Raw(f"{Cmd('cd', '--', playbook.workdir).render()} || exit 126").text)
+    wd = playbook.workdir
+    if wd == "~" or (wd or "").startswith("~/"):
+        # ~ and ~/... are the target user's home, as on a local target (the rest stays literal).
+        lines.append(f'cd -- "$HOME"{shlex.quote(wd[1:]) if wd[1:] else ""} || exit 126')
+    elif wd:
+        lines.append(Raw(f"{Cmd('cd', '--', wd).render()} || exit 126").text)
     return lines
 
 
