@@ -214,8 +214,11 @@ def _session_problem(session: str) -> str | None:
         return "use ASCII characters only (tmux in a C locale replaces the others with '_', so names would collide)"
     if "#" in session:
         return "it cannot contain '#' (tmux expands #{...} and #(...) in names)"
-    if "\\" in session:
-        return "it cannot contain '\\' (tmux stores it escaped, so the session could not be found again)"
+    if ";" in session:
+        return "it cannot contain ';' (tmux reads an argument ending in ';' as a command separator)"
+    for c in ("\\", "$"):
+        if c in session:
+            return f"it cannot contain '{c}' (tmux stores it escaped, so the session could not be found again)"
     if "/" in session:
         return "it cannot contain '/' (gpuops keeps a file per session under ~/.gpuops)"
     if len(session) > SESSION_MAX:
