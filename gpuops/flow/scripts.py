@@ -40,7 +40,10 @@ def workdir_lines(playbook: Playbook, *, local: bool) -> list[Cmd | str]:
         # ~ and ~/... are the target user's home, as on a local target (the rest stays literal).
         lines.append(f'cd -- "$HOME"{shlex.quote(wd[1:]) if wd[1:] else ""} || exit 126')
     elif wd:
-        lines.append(Raw(f"{Cmd('cd', '--', wd).render()} || exit 126").text)
+        # A relative path is taken from the home dir as written: "./" keeps bash's cd from reading
+        # "-" as $OLDPWD and from searching $CDPATH.
+        path = wd if wd.startswith("/") else "./" + wd
+        lines.append(Raw(f"{Cmd('cd', '--', path).render()} || exit 126").text)
     return lines
 
 
