@@ -11,6 +11,9 @@ from typing import Any, TextIO
 from gpuops.flow.events import Event, Outcome
 
 
+_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
 def iso(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -25,7 +28,12 @@ class JsonRenderer:
         self.run: str | None = None
 
     def emit(self, obj: dict[str, Any]) -> None:
-        self.out.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+        text = json.dumps(obj, ensure_ascii=False, default=str)
+        # Line separators other than \n are legal raw inside JSON strings, but many line readers
+        # (Python's splitlines, JavaScript) break lines there: escape them, so one event is one line.
+        for sep in _LINE_BREAKS:
+            text = text.replace(sep, f"\\u{ord(sep):04x}")
+        self.out.write(text + "\n")
         self.out.flush()
 
     def event(self, ev: Event) -> None:
