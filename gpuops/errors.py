@@ -161,5 +161,11 @@ class WarmupFailed(GpuopsError):
     exit_code = ExitCode.WARMUP
 
 
+class RunStopped(GpuopsError):
+    """`gpuops stop` ended the run (or the launch in progress) from elsewhere."""
+
+    exit_code = ExitCode.TRAINING_FAILED
+
+
 class NoRun(UsageError):
     """There is no run of this playbook on the target."""

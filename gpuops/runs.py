@@ -73,7 +73,7 @@ class RunInfo:
         if self.abort is not None:
             return ExitCode.STALLED if self.abort.get("reason") == "stall" else (
                 ExitCode.TIMEOUT if self.abort.get("reason") == "timeout" else (
-                    ExitCode.OK if self.abort.get("reason") == "stop" else ExitCode.ABORTED
+                    ExitCode.TRAINING_FAILED if self.abort.get("reason") == "stop" else ExitCode.ABORTED
                 )
             )
         if self.exit_code is not None:

@@ -22,11 +22,11 @@ class AbortResult:
     session_gone_at: float | None = None  # the target's clock
 
 
-def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, line: str | None = None,
-              excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
-    """Stop the run the way the playbook says and write the abort record; returns what was left."""
+def abort_record(job: Job, reason: str, *, rule: str | None = None, line: str | None = None,
+                 excerpt: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Why a run was stopped, with secrets masked: written to abort.json."""
     ab = job.playbook.abort
-    record: dict[str, Any] = {
+    return {
         "reason": reason,
         "rule": rule,
         "line": job.mask(line) if line else None,
@@ -37,6 +37,13 @@ def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, li
         "by": holder_id(),
         **(extra or {}),
     }
+
+
+def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, line: str | None = None,
+              excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
+    """Stop the run the way the playbook says and write the abort record; returns what was left."""
+    ab = job.playbook.abort
+    record = abort_record(job, reason, rule=rule, line=line, excerpt=excerpt, extra=extra)
     script = abort_script(
         job.session, run_id, ab.signal, ab.grace, dumps(record), job.run_gpus,
         job.playbook.preflight.max_memory_used_mib,

@@ -6,7 +6,7 @@ import time
 from typing import Any, Iterator
 
 from gpuops.command import Cmd, bash
-from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive
+from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped
 from gpuops.flow.events import Event, Outcome
 from gpuops.flow.job import Job, holder_id
 from gpuops.flow.preflight import LaunchLock, evaluate
@@ -73,12 +73,17 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
             raise
         meta = _meta(job, run_id, "running", warmup_seconds=durations)
         result = job.run(bash(start_script(job.playbook, run_id, meta, run_sh(job.playbook, run_id, local=job.local))))
+        if MARK + "stopped" in result.out:
+            raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
         if MARK + "session-exists" in result.out:
             raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
         if MARK + "started" not in result.out:
             _check(job, result, "start the tmux session")
             raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
         yield Event("started", target, run_id, {"session": job.session, "log": f"~/.gpuops/runs/{run_id}/log", "warmup_seconds": durations})
+    except RunStopped as exc:
+        yield Outcome("stopped", exc.exit_code, str(exc), {"run": run_id})
+        return
     finally:
         lock.release()
     if detach:
@@ -122,6 +127,9 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     probe = parse_probe(job.run(bash(probe_script((job.session,)))).out)
     state = probe.sessions.get(job.session)
     info = state.run if state else None
+    if state is not None and state.locked_by and info is not None and info.meta.get("phase") in ("preflight", "warmup"):
+        yield from _stop_launch(job, info)
+        return
     if state is None or not state.alive:
         if info is not None:
             leftovers = job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={info.run_id}"))).out
@@ -140,3 +148,14 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     if result.survivors:
         raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")
     yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})
+
+
+def _stop_launch(job: Job, info: Any) -> Iterator[Event | Outcome]:
+    """A launch still warming up: record the stop (the launcher checks before each step), kill its warmup."""
+    from gpuops.flow.abort import abort_record
+
+    run_id = info.run_id
+    yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "phase": info.meta.get("phase")})
+    job.run(bash(write_record(run_id, "abort.json", dumps(abort_record(job, "stop")))))
+    job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+    yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})

@@ -132,6 +132,7 @@ def start_script(playbook: Playbook, run_id: str, meta_json: str, run_sh_script:
         'G="$HOME/.gpuops"',
         f"D={d}",
         'mkdir -p "$D" && chmod 700 "$D" || exit 70',
+        STOPPED_CHECK,
         Cmd("printf", "%s\\n", meta_json) + [Raw('>"$D/meta.json"')],
         Cmd("printf", "%s\\n", run_sh_script) + [Raw('>"$D/run.sh"')],
         'chmod 700 "$D/run.sh"',
@@ -177,9 +178,19 @@ def warmup_script(playbook: Playbook, run_id: str, gpu: int, *, local: bool) -> 
         export("GPUOPS_GPU", str(gpu)),
         export("GPUOPS_RUN_ID", run_id),
         export("GPUOPS_PHASE", f"warmup-{gpu}"),
+        STOPPED_CHECK,
         Cmd("bash", "-c", command) + [Raw(f'</dev/null 2>&1 | tee -a "$D/warmup-{gpu}.log"')],
-        "exit ${PIPESTATUS[0]}",
+        "rc=${PIPESTATUS[0]}",
+        STOPPED_CHECK,
+        "exit $rc",
     )
+
+
+# `gpuops stop` during a launch writes abort.json (reason stop) in the run directory: the
+# launcher's next step sees it, says so and ends, so training never starts after a stop.
+STOPPED_EXIT = 86
+STOPPED_CHECK = f'[ -f "$D/abort.json" ] && {{ echo "{MARK}stopped"; exit {STOPPED_EXIT}; }}'
+
 
 
 def render_warmup_command(template: str, gpu: int) -> str:

@@ -6,12 +6,13 @@ import time
 from typing import Iterator
 
 from gpuops.command import bash
-from gpuops.errors import WarmupFailed
+from gpuops.errors import RunStopped, WarmupFailed
 from gpuops.flow.events import Event
 from gpuops.flow.job import Job
-from gpuops.flow.scripts import gpu_memory_script, kill_marked_script, warmup_script
+from gpuops.flow.scripts import MARK, STOPPED_EXIT, gpu_memory_script, kill_marked_script, warmup_script
 
 TAIL_LINES = 30
+STOPPED_LINE = (MARK + "stopped").encode()
 
 
 class WarmupError(WarmupFailed):
@@ -50,6 +51,7 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
     deadline = time.monotonic() + timeout
     pending = b""
     code: int | None = None
+    stopped = False
     try:
         while True:
             left = deadline - time.monotonic()
@@ -64,6 +66,9 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
             pending += chunk
             *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
             for raw in lines:
+                if raw == STOPPED_LINE:
+                    stopped = True
+                    continue
                 line = job.mask(raw.decode("utf-8", "replace"))
                 tail.append(line)
                 del tail[:-TAIL_LINES]
@@ -75,6 +80,8 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
     if code == 0:
         return
     _kill(job, run_id, gpu)
+    if stopped or code == STOPPED_EXIT:
+        raise RunStopped(f"{job.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
     if code is None:
         raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
     raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
