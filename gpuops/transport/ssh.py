@@ -135,11 +135,11 @@ class SshTransport:
             self._conn = None
 
     def _connect_with_retries(self) -> Any:
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
         retrying = Retrying(
             stop=stop_after_delay(self.retry_time),
-            wait=wait_exponential_jitter(initial=0.25, max=4.0, jitter=0.5),
+            wait=wait_random_exponential(multiplier=0.25, max=4.0),  # exponential backoff, full jitter
             retry=retry_if_exception(is_transient),
             reraise=True,
         )
