@@ -5,16 +5,24 @@ occasional warnings, one caught FX-race traceback and one recompile warning) to 
 temporary file, then times, in the same run and on the same file:
 
 * the Matcher (built-in rules plus the playbook rule ``loss (nan|inf)\\b``) fed in
-  1 MiB chunks read from the file,
-* ``grep -E -c`` with equivalent patterns (best of a few runs, page cache warm), and
+  1 MiB chunks read from the file, once per engine: the standard-library search and,
+  when installed, the hyperscan accelerator; each run in a fresh process (its own
+  peak RSS), the hits of both checked equal,
+* ``grep -E -c`` with equivalent patterns (page cache warm), its runs interleaved
+  with the Matcher's (best of ``--runs`` each: other work on the machine adds noise), and
 * for scale, the usual ``for line in file: regex.search(line)`` loop on the first 32 MiB.
 
-Usage: python benchmarks/bench_scan.py [--size-mb 1024] [--chunk-kb 1024] [--keep]
+Usage: python benchmarks/bench_scan.py [--size-mb 1024] [--chunk-kb 1024] [--runs 3]
+       [--engine stdlib|hyperscan] [--extra-rules N] [--keep | --log PATH] [--json]
+
+``--json`` ends the output with one line: matcher_mb_s (the faster engine), stdlib_mb_s,
+hyperscan_mb_s (null when not installed), grep_mb_s, peak_rss_mb, engine, size_mb.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import resource
@@ -27,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gpuops.signatures import accel  # noqa: E402
 from gpuops.signatures.matcher import Matcher, builtin_rules, regex_rule  # noqa: E402
 
 MIB = 1 << 20
@@ -44,6 +53,35 @@ GREP_PATTERNS = [
     r"^Timeout \([0-9]+:[0-9][0-9]:[0-9][0-9]",
     r"dynamo hit config\.[a-z_]*(recompile_limit|cache_size_limit) \([0-9]+\)",
     r"loss (nan|inf)\b",
+]
+
+# ``--extra-rules N``: the first N of these playbook rules too (Python regex and POSIX ERE alike),
+# for a playbook with many rules; several have no byte that is rare in the log.
+EXTRA_RULES = [
+    ("nan-detected", r"NaN detected"),
+    ("grad-inf", r"grad_norm (inf|nan)"),
+    ("killed", r"Killed process [0-9]+"),
+    ("xid", r"NVRM: Xid"),
+    ("ecc", r"uncorrectable ECC error"),
+    ("bus-error", r"Bus error"),
+    ("illegal-instruction", r"Illegal instruction"),
+    ("connection-reset", r"ConnectionResetError"),
+    ("connection-refused", r"Connection refused"),
+    ("no-files", r"Too many open files"),
+    ("no-space", r"No space left on device"),
+    ("cudnn", r"cuDNN error: "),
+    ("cublas", r"CUBLAS_STATUS_[A-Z_]+"),
+    ("nccl-warn", r"NCCL WARN"),
+    ("timed-out", r"timed out after [0-9]+"),
+    ("heartbeat", r"missed heartbeat"),
+    ("elastic", r"torch\.distributed\.elastic\.multiprocessing\.errors"),
+    ("child-failed", r"ChildFailedError"),
+    ("signal", r"received signal (SIGTERM|SIGKILL)"),
+    ("exitcode", r"exitcode *: *-?[1-9]"),
+    ("overflow", r"gradient overflow"),
+    ("skip-step", r"skipping step"),
+    ("loss-scale", r"loss scale reached minimum"),
+    ("dataloader", r"DataLoader worker \(pid [0-9]+\) is killed"),
 ]
 
 FX_TRACEBACK = """2026-11-29 10:00:01,234 ERROR [drafter-2] compile failed, falling back to eager
@@ -118,16 +156,55 @@ def write_log(path: Path, size_mb: int, seed: int = 1) -> None:
             i += 1
 
 
-def time_matcher(path: Path, chunk: int) -> tuple[float, list]:
-    rules = builtin_rules() + [regex_rule("loss-nan", r"loss (nan|inf)\b")]
-    matcher = Matcher(rules)
-    hits = []
+ENGINES = ("stdlib", "hyperscan")
+
+
+def engine_available(engine: str) -> bool:
+    return engine == "stdlib" or accel.available()
+
+
+def time_matcher(path: Path, chunk: int, engine: str, extra: int = 0) -> tuple[float, list]:
+    """One pass of the Matcher over the file, fed in ``chunk``-byte reads."""
     start = time.perf_counter()
+    rules = builtin_rules() + [regex_rule("loss-nan", r"loss (nan|inf)\b")]
+    rules += [regex_rule(name, pattern) for name, pattern in EXTRA_RULES[:extra]]
+    matcher = Matcher(rules, prefilter=accel.hyperscan_prefilter if engine == "hyperscan" else None)
+    hits = []
     with open(path, "rb", buffering=0) as f:
         while data := f.read(chunk):
             hits += matcher.feed(data)
     hits += matcher.finish()
     return time.perf_counter() - start, hits
+
+
+def measure_child(path: Path, chunk: int, engine: str, extra: int) -> dict:
+    """Time one engine in a fresh process, so its peak RSS is its own."""
+    argv = [sys.executable, __file__, "--measure", engine, "--path", str(path), "--chunk-kb", str(chunk // 1024)]
+    argv += ["--extra-rules", str(extra)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{engine} run failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS: VmHWM (ru_maxrss can carry the parent's from before exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(engine: str, path: Path, chunk: int, extra: int) -> None:
+    """The child's side: one timed pass, then a JSON line with the time, the hits and the peak RSS."""
+    secs, hits = time_matcher(path, chunk, engine, extra)
+    rss = peak_rss_mib()
+    found = [[h.rule, h.action, h.line_number, h.offset] for h in hits]
+    print(json.dumps({"secs": secs, "peak_rss_mb": rss, "hits": found}))
 
 
 def time_naive(path: Path, limit: int) -> tuple[float, int]:
@@ -150,11 +227,11 @@ def time_naive(path: Path, limit: int) -> tuple[float, int]:
     return time.perf_counter() - start, done
 
 
-def time_grep(path: Path, runs: int = 3) -> tuple[float, str]:
+def time_grep(path: Path, runs: int = 3, extra: int = 0) -> tuple[float, str]:
     grep = shutil.which("grep")
     if grep is None:
         raise SystemExit("grep not found")
-    argv = [grep, "-E", "-c", "|".join(GREP_PATTERNS), str(path)]
+    argv = [grep, "-E", "-c", "|".join(GREP_PATTERNS + [p for _, p in EXTRA_RULES[:extra]]), str(path)]
     best = float("inf")
     out = ""
     for _ in range(runs):
@@ -165,42 +242,99 @@ def time_grep(path: Path, runs: int = 3) -> tuple[float, str]:
     return best, out
 
 
+def contest(path: Path, engines: list[str], args: argparse.Namespace) -> tuple[float, str, dict[str, dict]]:
+    """grep and each engine, runs interleaved (noise hits them alike); the best time of each."""
+    g_secs, g_count = float("inf"), ""
+    results: dict[str, dict] = {}
+    for _ in range(max(1, args.runs)):
+        secs, g_count = time_grep(path, runs=1, extra=args.extra_rules)
+        g_secs = min(g_secs, secs)
+        for engine in engines:
+            r = measure_child(path, args.chunk_kb * 1024, engine, args.extra_rules)
+            kept = results.setdefault(engine, r)
+            kept["secs"] = min(kept["secs"], r["secs"])
+            kept["peak_rss_mb"] = max(kept["peak_rss_mb"], r["peak_rss_mb"])
+            if r["hits"] != kept["hits"]:
+                raise SystemExit(f"{engine}: hits differ between runs")
+    first = next(iter(results.values()))
+    if any(r["hits"] != first["hits"] for r in results.values()):
+        raise SystemExit("the engines' hits differ")
+    return g_secs, g_count, results
+
+
+def report(size: int, g_secs: float, g_count: str, results: dict[str, dict], args: argparse.Namespace) -> dict:
+    """Print the table; return the figures for --json."""
+    g_rate = size / g_secs / 1e6
+    rates = {e: size / r["secs"] / 1e6 for e, r in results.items()}
+    print(f"grep -E -c          : {g_rate:8.0f} MB/s  ({g_secs:.2f} s, {g_count} matching lines)")
+    for engine, r in results.items():
+        print(
+            f"Matcher ({engine:9s}): {rates[engine]:8.0f} MB/s  ({r['secs']:.2f} s, {len(r['hits'])} hits, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MiB, {rates[engine] / g_rate:.2f}x grep)"
+        )
+    n_secs, n_bytes = time_naive(args.path, 32 * MIB)
+    naive = f"for line in file: regex.search, first {n_bytes / 1e6:.0f} MB"
+    print(f"naive loop          : {n_bytes / n_secs / 1e6:8.0f} MB/s  ({naive})")
+    rules = f"{len(builtin_rules()) + 1 + args.extra_rules} rules"
+    print(f"best of {max(1, args.runs)} interleaved runs each; {args.chunk_kb} KiB feeds; {rules}")
+    for rule, action, line_number, offset in next(iter(results.values()))["hits"]:
+        print(f"  hit {rule} ({action}) line {line_number} offset {offset}")
+    fastest = max(rates, key=rates.__getitem__)
+    return {
+        "matcher_mb_s": round(rates[fastest], 1),
+        "stdlib_mb_s": round(rates["stdlib"], 1) if "stdlib" in rates else None,
+        "hyperscan_mb_s": round(rates["hyperscan"], 1) if "hyperscan" in rates else None,
+        "grep_mb_s": round(g_rate, 1),
+        "peak_rss_mb": round(max(r["peak_rss_mb"] for r in results.values()), 1),
+        "engine": fastest,
+        "size_mb": round(size / 1e6, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="size of the synthetic log (MiB)")
     parser.add_argument("--chunk-kb", type=int, default=1024, help="feed size (KiB)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of grep and of each engine, interleaved; best counts")
+    parser.add_argument("--engine", choices=ENGINES, action="append", help="engine to time (default: each available)")
+    parser.add_argument(
+        "--extra-rules", type=int, default=0, help=f"add this many playbook rules (up to {len(EXTRA_RULES)})"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the generated log and print its path")
+    parser.add_argument("--log", type=Path, help="time this log (left in place) instead of writing one")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    parser.add_argument("--measure", choices=ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    fd, name = tempfile.mkstemp(prefix="gpuops-scan-bench-", suffix=".log")
-    os.close(fd)
-    path = Path(name)
+    if args.measure:
+        measure(args.measure, args.path, args.chunk_kb * 1024, args.extra_rules)
+        return
+    engines = [e for e in (args.engine or ENGINES) if engine_available(e)]
+    if not engines:
+        raise SystemExit("no engine available (hyperscan not installed?)")
+    if args.log:
+        args.path = args.log
+        print(f"log: {args.path} {args.path.stat().st_size / 1e6:.0f} MB (given)")
+    else:
+        fd, name = tempfile.mkstemp(prefix="gpuops-scan-bench-", suffix=".log")
+        os.close(fd)
+        args.path = Path(name)
     try:
-        t0 = time.perf_counter()
-        write_log(path, args.size_mb)
-        size = path.stat().st_size
-        print(f"log: {path} {size / 1e6:.0f} MB, written in {time.perf_counter() - t0:.1f} s")
-        with open(path, "rb") as f:  # warm the page cache for both contestants
+        if not args.log:
+            t0 = time.perf_counter()
+            write_log(args.path, args.size_mb)
+            print(f"log: {args.path} {args.path.stat().st_size / 1e6:.0f} MB, written in {time.perf_counter() - t0:.1f} s")
+        with open(args.path, "rb") as f:  # warm the page cache for every contestant
             while f.read(16 * MIB):
                 pass
-        g_secs, g_count = time_grep(path)
-        m_secs, hits = time_matcher(path, args.chunk_kb * 1024)
-        n_secs, n_bytes = time_naive(path, 32 * MIB)
-        g_rate = size / g_secs / 1e6
-        m_rate = size / m_secs / 1e6
-        rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        rss_grep = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(f"grep -E -c : {g_rate:8.0f} MB/s  ({g_secs:.2f} s, {g_count} matching lines, peak RSS {rss_grep:.0f} MiB)")
-        print(f"Matcher    : {m_rate:8.0f} MB/s  ({m_secs:.2f} s, {len(hits)} hits, peak RSS {rss_self:.0f} MiB)")
-        print(f"ratio      : {m_rate / g_rate:.2f}x grep")
-        print(f"naive loop : {n_bytes / n_secs / 1e6:8.0f} MB/s  (for line in file: regex.search, first {n_bytes / 1e6:.0f} MB)")
-        for hit in hits:
-            print(f"  hit {hit.rule} ({hit.action}) line {hit.line_number} offset {hit.offset}")
+        figures = report(args.path.stat().st_size, *contest(args.path, engines, args), args)
+        if args.json:
+            print(json.dumps(figures))
     finally:
-        if args.keep:
-            print(f"kept {path}")
-        else:
-            path.unlink(missing_ok=True)
+        if args.keep and not args.log:
+            print(f"kept {args.path}")
+        elif not args.log:
+            args.path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

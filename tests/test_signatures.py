@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.signatures import Hit, Matcher, Rule, builtin_rules, regex_rule
+from gpuops.signatures import Hit, Matcher, Rule, accel, builtin_rules, regex_rule
 from gpuops.signatures import matcher as matcher_mod
 
 LOGS = Path(__file__).parent / "data" / "logs"
@@ -44,6 +44,37 @@ class LineByLine(Matcher):
 
     def _busy(self) -> bool:
         return True
+
+
+def regex_prefilter(sets):
+    """A second implementation of the prefilter hook: one regex of all literals (overlaps found)."""
+    literals = sorted({lit for lits in sets for lit in lits}, key=len, reverse=True)
+    regex = re.compile(b"(?=(" + b"|".join(map(re.escape, literals)) + b"))") if literals else None
+    owner = {lit: i for i, lits in enumerate(sets) for lit in lits}
+
+    def find(data, start, end):
+        if regex is None:
+            return []
+        return [(m.start(), owner[m.group(1)]) for m in regex.finditer(data, start, end)]
+
+    return find
+
+
+# The literal search: the standard library's, hyperscan's (skipped when not installed), and a
+# plain-regex one through the same hook; all must give the line-by-line reference's hits.
+HYPERSCAN = pytest.param(
+    "hyperscan",
+    marks=pytest.mark.skipif(not accel.available(), reason="hyperscan not installed (pip install 'gpuops[fast]')"),
+)
+ENGINES = ["stdlib", HYPERSCAN, "regex-hook"]
+
+
+def engine_kw(engine: str) -> dict:
+    if engine == "hyperscan":
+        return {"prefilter": accel.hyperscan_prefilter}
+    if engine == "regex-hook":
+        return {"prefilter": regex_prefilter}
+    return {}
 
 
 def scan(data: bytes, rules=None, *, cls=Matcher, sizes=None, **kw) -> list[Hit]:
@@ -465,23 +496,27 @@ def mixed_log(seed: int) -> bytes:
     return b"".join(out)
 
 
-def test_chunk_sizes_give_identical_hits():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_chunk_sizes_give_identical_hits(engine):
+    kw = engine_kw(engine)
     data = b"".join(sample(n) for n in sorted(EXPECTED))
-    whole = scan(data)
+    whole = scan(data, **kw)
     assert [h.rule for h in whole] == [rule for n in sorted(EXPECTED) for rule, _ in EXPECTED[n]]
     for size in range(1, 130):
-        assert scan(data, sizes=size) == whole, size
+        assert scan(data, sizes=size, **kw) == whole, size
     for seed in range(20):
-        assert scan(data, sizes=random_sizes(seed, len(data))) == whole, seed
+        assert scan(data, sizes=random_sizes(seed, len(data)), **kw) == whole, seed
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("seed", range(12))
-def test_fast_path_matches_line_by_line_reference(seed):
+def test_fast_path_matches_line_by_line_reference(seed, engine):
+    kw = engine_kw(engine)
     data = mixed_log(seed)
     reference = scan(data, cls=LineByLine)
-    assert scan(data) == reference
-    assert scan(data, sizes=random_sizes(seed, len(data))) == reference
-    assert scan(data, sizes=1 + seed % 5) == reference
+    assert scan(data, **kw) == reference
+    assert scan(data, sizes=random_sizes(seed, len(data)), **kw) == reference
+    assert scan(data, sizes=1 + seed % 5, **kw) == reference
     lines = lines_of(data)
     for hit in reference:
         offset, raw = lines[hit.line_number - 1]
@@ -489,7 +524,132 @@ def test_fast_path_matches_line_by_line_reference(seed):
         assert hit.line == matcher_mod._clean(raw)
 
 
-def test_fast_path_matches_reference_on_samples():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_fast_path_matches_reference_on_samples(engine):
     for name in EXPECTED:
         data = sample(name)
-        assert scan(data) == scan(data, cls=LineByLine), name
+        assert scan(data, **engine_kw(engine)) == scan(data, cls=LineByLine), name
+
+
+def training_log(seed: int, size: int) -> bytes:
+    """Step lines and tqdm bars (CR, some bars closed by LF) with rare specials spliced in."""
+    rnd = random.Random(seed)
+    specials = [
+        b"step 7 loss nan\n",
+        b"[rank1]: Fatal Python error: Aborted\r\n",
+        tb(FX).encode(),
+        b"Timeout (0:04:00)!\nThread 0x7f (most recent call first):\n",
+        b"W1129 torch._dynamo hit config.recompile_limit (8)\n",
+        b"\x1b[31mSegmentation fault\x1b[0m\n",
+    ]
+    out, n, step = [], 0, 0
+    while n < size:
+        r = rnd.random()
+        if r < 0.6:
+            step += 1
+            s = f"INFO step {step} loss {rnd.uniform(1, 3):.4f} grad_norm {rnd.uniform(0, 2):.2f}\n".encode()
+        elif r < 0.995:
+            bars = range(rnd.randint(0, 95), 100, 7)
+            s = "".join(f"\r{q:3d}%|{'#' * (q // 10)}| {q}/100 [00:01<00:02]" for q in bars).encode()
+            s += rnd.choice([b"", b"", b"\n", b"\r\n"])
+        else:
+            s = rnd.choice(specials)
+        out.append(s)
+        n += len(s)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_long_training_log_matches_reference(engine):
+    data = training_log(1, 3 << 20)
+    reference = scan(data, cls=LineByLine)
+    assert len(reference) > 20
+    assert scan(data, sizes=1 << 20, **engine_kw(engine)) == reference
+    assert scan(data, sizes=random_sizes(1, len(data)), **engine_kw(engine)) == reference
+
+
+@pytest.mark.parametrize(
+    "eol", [b"\r\n", b"\r", b"\r no separator here\n", b"\r 5%\n"], ids=["crlf", "cr", "cr-text-lf", "cr-bar-lf"]
+)
+def test_line_end_counting_on_cr_heavy_logs(eol):
+    lines = [b"step %d" % i for i in range(3000)] + [b"step 9 loss nan"] + [b"x"] * 3000 + [b"loss inf"]
+    data = eol.join(lines) + eol
+    reference = scan(data, cls=LineByLine)
+    assert [h.rule for h in reference] == ["loss-nan", "loss-nan"]
+    assert scan(data, sizes=4096) == reference
+    assert scan(data, sizes=random_sizes(2, len(data))) == reference
+
+
+def test_anchor_bytes_follow_the_log(monkeypatch):
+    """Literals are found through a byte rare in the log; when it turns frequent the
+    chunk falls back to searching and the next chunk chooses again: same hits."""
+    monkeypatch.setattr(matcher_mod, "_SAMPLE", 4096)
+    monkeypatch.setattr(matcher_mod, "_REPLAN", 16384)
+    quiet = training_log(2, 1 << 18)
+    noisy = b"".join(b"Warning %d: PPPP Segment fault Watch (x)\n" % i for i in range(4000))
+    data = quiet + noisy + b"Segmentation fault\n" + quiet + noisy
+    m = Matcher(builtin_rules() + [LOSS_NAN])
+    hits: list[Hit] = []
+    anchors = []
+    for pos in range(0, len(data), 32768):
+        hits += m.feed(data[pos : pos + 32768])
+        anchors.append(set(m._literals.anchors))
+    hits += m.finish()
+    assert hits == scan(data, cls=LineByLine)
+    assert any(ord("P") in a for a in anchors) and any(a and ord("P") not in a for a in anchors)
+
+
+def test_prefilter_hook_compiles_each_literal_set_once():
+    calls = []
+
+    def prefilter(sets):
+        calls.append(sets)
+        return regex_prefilter(sets)
+
+    data = training_log(3, 1 << 18)
+    m = Matcher(builtin_rules() + [LOSS_NAN], prefilter=prefilter)
+    hits = [h for pos in range(0, len(data), 4096) for h in m.feed(data[pos : pos + 4096])] + m.finish()
+    assert hits == scan(data, cls=LineByLine)
+    assert calls and len(calls) == len(set(calls))
+    assert all((b"loss inf", b"loss nan") in sets for sets in calls)  # no byte of it is rare in this log
+    assert all(isinstance(lit, bytes) for sets in calls for lits in sets for lit in lits)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_literal_searched_without_anchors(engine, monkeypatch):
+    monkeypatch.setattr(matcher_mod, "_NOT_ANCHORS", frozenset(range(256)))
+    for seed in range(4):
+        data = mixed_log(seed) + training_log(seed, 1 << 17)
+        reference = scan(data, cls=LineByLine)
+        assert scan(data, sizes=random_sizes(seed, len(data)), **engine_kw(engine)) == reference
+
+
+@pytest.mark.skipif(not accel.available(), reason="hyperscan not installed (pip install 'gpuops[fast]')")
+def test_hyperscan_finder_reports_every_occurrence():
+    sets = ((b"abc", b"bcd"), (b"cda",), (b"(x",))
+    find = accel.hyperscan_prefilter(sets)
+    rnd = random.Random(7)
+    data = bytes(rnd.choice(b"abcdx(\n") for _ in range(20000))
+    for start, end in ((0, len(data)), (17, 9000), (5000, 5001)):
+        expected = {
+            (p, i)
+            for i, lits in enumerate(sets)
+            for lit in lits
+            for p in range(start, end - len(lit) + 1)
+            if data.startswith(lit, p)
+        }
+        assert sorted(find(data, start, end)) == sorted(expected)
+    assert accel.hyperscan_prefilter(())(data, 0, len(data)) == []
+
+
+def test_accel_matcher_uses_hyperscan_when_available():
+    m = accel.matcher(builtin_rules(), start_offset=5)
+    assert isinstance(m, Matcher)
+    assert (m._literals._prefilter is accel.hyperscan_prefilter) == accel.available()
+    (hit,) = m.feed(tb(FX).encode()) + m.finish()
+    assert (hit.rule, hit.offset) == ("fx-tracing-race", 5 + tb(FX).index(FX))
+
+
+def test_empty_trigger_means_every_line_is_searched():
+    rule = Rule("any-x", "line", "abort", "d", r"x$", triggers=("",))
+    assert [h.line_number for h in scan(b"a\nbx\nc\n", [rule])] == [2]

@@ -1,4 +1,4 @@
-"""The fatal-signature library and its matcher (see ``matcher``: stdlib only, pure)."""
+"""The fatal-signature library and its matcher (``matcher``: stdlib only, pure; ``accel``: hyperscan, optional)."""
 
 from gpuops.signatures.matcher import ABORT, WARN, Hit, Matcher, Rule, builtin_rules, regex_rule
 

@@ -22,23 +22,27 @@ Rule kinds:
 * ``regex``: a playbook rule, searched in each line (see ``regex_rule``).
 
 Speed: most of a training log matches nothing, so the matcher works on whole
-chunks with C-speed primitives: ``bytes.find`` for each rule's trigger literals
-(a regex for literals sharing a prefix), ``bytes.translate``/``count`` for the
-line ends. Only lines holding a trigger or an escape sequence, and every line
-while a traceback or a wait is open, are decoded and matched one by one, by the
-same code that would match every line; the result is identical either way
-(tests compare the two). A rule whose regex has no literal text is searched in
-every line of the decoded chunk, several times slower.
+chunks with C-speed primitives. One ``bytes.translate`` pass per chunk keeps only
+line ends, escape bytes and a few more (``Matcher._survey``): the line count comes from
+what it kept (the count must cover every byte: a later hit's number depends on it),
+and so does whether the chunk holds an escape sequence or a trigger literal's
+anchor, a byte of it that is rare in this log (measured on a sample). Literals
+without a rare byte are found with ``bytes.find`` (a regex for literals sharing a
+prefix), or by a ``prefilter`` such as hyperscan's (``gpuops.signatures.accel``).
+Only lines holding a trigger or an escape sequence, and every line while a
+traceback or a wait is open, are decoded and matched one by one, by the same code
+that would match every line; the result is identical either way (tests compare the
+two). A rule whose regex has no literal text is searched in every line of the
+decoded chunk, several times slower.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from collections import deque
-from itertools import accumulate
 from dataclasses import dataclass, field
-from typing import Sequence
+from itertools import accumulate
+from typing import Callable, Iterable, Sequence
 
 __all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule"]
 
@@ -467,14 +471,32 @@ class _Pending:
     lines: list[str]
 
 
+#: ``Matcher(prefilter=...)``: called with trigger literals grouped in sets (those the stdlib
+#: search would find with one bytes.find each; again if that choice changes), it returns a
+#: finder: ``finder(data, start, end)`` returns ``(position, set index)`` for every occurrence
+#: in ``data[start:end]`` of a literal of a set (any position inside it).
+Finder = Callable[[bytes, int, int], Iterable[tuple[int, int]]]
+Prefilter = Callable[[tuple[tuple[bytes, ...], ...]], Finder]
+
+
 class Matcher:
     """Feed a log's bytes in chunks of any size; get a Hit for every matching line.
 
     Rule order is priority: the first rule that matches a line wins. Hits come
     back from the ``feed`` (or ``finish``) call that completes the line.
+    ``prefilter`` takes over the search for the trigger literals that have no byte
+    rare in the log (``gpuops.signatures.accel`` has one in hyperscan); the hits
+    are the same.
     """
 
-    def __init__(self, rules: Sequence[Rule], *, start_offset: int = 0, max_line: int = 65536) -> None:
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        start_offset: int = 0,
+        max_line: int = 65536,
+        prefilter: Prefilter | None = None,
+    ) -> None:
         if max_line < 1:
             raise ValueError("max_line must be at least 1")
         self._rules = tuple(rules)
@@ -492,7 +514,10 @@ class Matcher:
         self._seq = 0
         self._exceptions = any(r.kind == "exception" for r in self._rules)
         self._waiting = tuple(r for r in self._rules if r.follow_regex is not None)
-        self._unfiltered, self._scanners = _scanners(self._rules)
+        self._unfiltered, groups = _scanners(self._rules)
+        self._owners = tuple(owners for _, _, owners in groups)
+        self._literals = _Literals(groups, prefilter)
+        self._delete = _delete_all_but(b"")
 
     @property
     def buffered_bytes(self) -> int:
@@ -566,12 +591,17 @@ class Matcher:
 
     def _scan(self, data: bytes, pos: int, end: int, hits: list[Hit]) -> None:
         """Match the complete lines in data[pos:end]."""
-        has_cr = data.find(b"\r", pos, end) >= 0
+        chunk: _Chunk | None = None  # surveyed the first time the fast path runs
+        has_cr: bool | None = None
         while pos < end:
             if self._busy():
+                if has_cr is None:
+                    has_cr = chunk.has_cr if chunk is not None else data.find(b"\r", pos, end) >= 0
                 pos = self._scan_slow(data, pos, end, has_cr, hits)
             else:
-                pos = self._scan_fast(data, pos, end, has_cr, hits)
+                if chunk is None:
+                    chunk = self._survey(data, pos, end)
+                pos = self._scan_fast(data, pos, end, chunk, hits)
 
     def _scan_slow(self, data: bytes, pos: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
         """Every line, one by one, until no traceback or wait is open."""
@@ -593,28 +623,51 @@ class Matcher:
                 break
         return pos
 
-    def _scan_fast(self, data: bytes, start: int, end: int, has_cr: bool, hits: list[Hit]) -> int:
-        """Only the lines holding a trigger literal (or an escape sequence)."""
-        found: list[tuple[int, int]] = []  # (position, scanner index, or -1: match the line)
-        for i, (searcher, owners) in enumerate(self._scanners):
-            key = -1 if owners is None else i
-            if type(searcher) is bytes:
-                p = data.find(searcher, start, end)
+    def _survey(self, data: bytes, start: int, end: int) -> _Chunk:
+        """One translate pass over data: line ends, ESC, anchor bytes and separators are kept.
+
+        They are few, so the rest is counted on them: the line ends of data[start:end]
+        (data[end:] is a partial line without any; data[:start] is subtracted), whether
+        a CR is there, and which anchors and escapes to look for. Then the chunk's
+        candidate lines are found, once for all the fast-path runs over the chunk.
+        """
+        literals = self._literals
+        if literals.due(end - start):
+            literals.plan(_sample(data, start, end))
+            self._delete = _delete_all_but(bytes(literals.anchors))
+        kept = data.translate(None, self._delete)
+        eols = kept.translate(None, _NOT_EOL)
+        cr = eols.count(b"\r")
+        lf = len(eols) - cr
+        if start:
+            lf -= data.count(b"\n", 0, start)
+            cr -= data.count(b"\r", 0, start)
+        crlf = 0
+        if cr and lf and b"\r\n" in eols and b"\r\n" in kept:  # a CRLF, or CR ... LF without a separator
+            crlf = data.count(b"\r\n", start, end)
+        chunk = _Chunk(end, lf + cr - crlf, self._line_no, cr > 0, crlf > 0)
+        found = chunk.found
+        rest = kept.translate(None, _LINE_BYTES)  # ESC and anchor bytes, in the whole of data
+        if rest:
+            if 0x1B in rest:
+                p = data.find(b"\x1b", start, end)
                 while p >= 0:
-                    found.append((p, key))
-                    p = data.find(searcher, p + len(searcher), end)
-            else:
-                found.extend((m.start(), key) for m in searcher.finditer(data, start, end))
-        p = data.find(b"\x1b", start, end)
-        while p >= 0:
-            found.append((p, -1))
-            p = data.find(b"\x1b", _eol(data, p, end, has_cr), end)
+                    found.append((p, -1))
+                    p = data.find(b"\x1b", _eol(data, p, end, chunk.has_cr), end)
+            literals.find_anchored(data, start, end, rest, found)
+        literals.find_searched(data, start, end, found)
         if self._unfiltered:
             found.extend((p, -1) for p in self._search_lines(data, start, end))
         found.sort()
+        return chunk
+
+    def _scan_fast(self, data: bytes, start: int, end: int, chunk: _Chunk, hits: list[Hit]) -> int:
+        """Only the lines holding a trigger literal (or an escape sequence)."""
+        found = chunk.found
+        has_cr = chunk.has_cr
         pos = start  # the first line neither skipped nor matched yet
         seen = start  # the end of the last line looked at
-        k = 0
+        k = chunk.next
         while k < len(found):
             p, key = found[k]
             k += 1
@@ -632,19 +685,21 @@ class Matcher:
             raw = data[ls : min(eol, ls + self._max_line)]
             if -1 not in keys and not self._may_match(raw, keys):
                 continue  # a frequent literal without its rule's match: the line is skipped
-            self._skip(data, pos, ls, has_cr)
+            self._skip(data, pos, ls, chunk)
             self._visit(raw, self._offset + ls, hits)
             pos = seen
             if self._busy():
+                chunk.next = k
                 return pos
-        self._skip(data, pos, end, has_cr)
+        chunk.next = k
+        self._skip(data, pos, end, chunk)
         return end
 
     def _may_match(self, raw: bytes, keys: set[int]) -> bool:
         """Does a rule owning one of the line's literals match it? (If not, matching the
         whole line would change nothing: no other rule's literal is in it.)"""
         text = _clean(raw)
-        return any(rule.regex.search(text) for key in keys for rule in self._scanners[key][1])  # type: ignore[union-attr]
+        return any(rule.regex.search(text) for key in keys for rule in self._owners[key])  # type: ignore[union-attr]
 
     def _search_lines(self, data: bytes, start: int, end: int) -> list[int]:
         """Rules without trigger literals: search each line, the region decoded at once.
@@ -673,12 +728,22 @@ class Matcher:
         starts = list(accumulate(map(len, lines), initial=start))
         return [starts[i] for i in marked]
 
-    def _skip(self, data: bytes, start: int, end: int, has_cr: bool) -> None:
-        """Count complete lines that hold no trigger; remember the last few."""
-        if start >= end:
+    def _skip(self, data: bytes, start: int, stop: int, chunk: _Chunk) -> None:
+        """Count complete lines that hold no trigger; remember the last few.
+
+        The lines of the chunk before ``start`` are counted already, so the rest is
+        known from the chunk's total: only the smaller side is counted.
+        """
+        if start >= stop:
             return
-        self._line_no += _count_eols(data, start, end, has_cr)
-        last = _last_lines(data, start, end, has_cr, _RECENT)
+        if stop == chunk.end:
+            n = chunk.eols - (self._line_no - chunk.first_line)
+        elif stop - start <= chunk.end - stop:
+            n = chunk.count(data, start, stop)
+        else:
+            n = chunk.eols - (self._line_no - chunk.first_line) - chunk.count(data, stop, chunk.end)
+        self._line_no += n
+        last = _last_lines(data, start, stop, chunk.has_cr, _RECENT)
         line_no = self._line_no - len(last)
         for ls, le in last:
             self._recent.append((line_no, self._offset + ls, data[ls : min(le, ls + self._max_line)]))
@@ -813,10 +878,10 @@ class Matcher:
         return None, None
 
 
-def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[tuple, ...]]:
-    """What the fast path searches for: (rules to search line by line, scanners).
+def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[_Group, ...]]:
+    """What the fast path searches for: (rules to search line by line, literal groups).
 
-    A scanner is (literal or regex of literals, owners): a line where it is found
+    A group is (searcher, literals, owners): a line holding one of the literals
     is matched if one of its owner rules matches it, or always (owners None: a
     traceback header, a follow-up line). A rule that waits for a follow-up line
     is found through the follow-up's literals and its wait replayed from the last
@@ -838,11 +903,12 @@ def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[tuple, ...
             continue
         if rule.follow_regex is not None:
             follow = _required_literals(rule.follow_regex) if rule.follow_within < _RECENT else ()
-            for literal in follow or rule.triggers:
-                add(literal, None)
-            if follow or rule.triggers:
+            literals = follow or rule.triggers
+            if literals and all(literals):
+                for literal in literals:
+                    add(literal, None)
                 continue
-        elif rule.triggers:
+        elif rule.triggers and all(rule.triggers):
             for literal in rule.triggers:
                 add(literal, rule)
             continue
@@ -862,7 +928,7 @@ def _scanners(rules: Sequence[Rule]) -> tuple[tuple[Rule, ...], tuple[tuple, ...
             _merge(merged, b"", own)
         searcher = next(iter(members)) if len(members) == 1 else re.compile(b"|".join(map(re.escape, members)))
         own = merged[b""]
-        scanners.append((searcher, None if own is None else tuple(dict.fromkeys(own))))
+        scanners.append((searcher, tuple(members), None if own is None else tuple(dict.fromkeys(own))))
     return tuple(unfiltered), tuple(scanners)
 
 
@@ -872,6 +938,155 @@ def _merge(table: dict, key: bytes, own: list[Rule] | None) -> None:
         table[key] = None
     else:
         table.setdefault(key, []).extend(own)
+
+
+# --- the fast path's chunk survey and literal search (standard library) ---
+
+#: (searcher: a literal or a regex of literals sharing a prefix, its literals, owner rules or None)
+_Group = tuple["bytes | re.Pattern[bytes]", tuple[bytes, ...], "tuple[Rule, ...] | None"]
+
+#: Kept beside line ends by the survey's pass: progress bars hold them, so "\r\n" among the
+#: kept bytes is nearly always a real CRLF, not a bar's CR and a later LF (then it is counted).
+_SEPARATORS = b"%["
+_LINE_BYTES = b"\r\n" + _SEPARATORS
+_NOT_ANCHORS = frozenset(_LINE_BYTES + b"\x1b")
+_NOT_EOL = bytes(c for c in range(256) if c not in b"\r\n")
+#: The anchors are chosen on this many bytes of the log, again every _REPLAN bytes.
+_SAMPLE = 1 << 16
+_REPLAN = 32 << 20
+#: Ties between equally rare bytes in a sample go to the byte rarer in logs in general.
+_COMMON, _LESS_COMMON = b" etaoinsrlcdu0123456789", b"hmpfgwybvkxjqz.,:-_/=()'\""
+_PRIOR = bytes(2 if c in _COMMON else 1 if c in _LESS_COMMON else 0 for c in range(256))
+
+
+def _delete_all_but(keep: bytes) -> bytes:
+    """The delete argument of bytes.translate that keeps line ends, ESC, separators and ``keep``."""
+    kept = set(_LINE_BYTES + b"\x1b" + keep)
+    return bytes(c for c in range(256) if c not in kept)
+
+
+def _sample(data: bytes, start: int, end: int) -> bytes:
+    """About _SAMPLE bytes of data[start:end], taken from four places."""
+    if end - start <= _SAMPLE:
+        return data[start:end]
+    step, size = (end - start) // 4, _SAMPLE // 4
+    return b"".join(data[p : p + size] for p in range(start, start + 4 * step, step))
+
+
+class _Chunk:
+    """What the survey of a chunk's complete lines found, used until the chunk is done."""
+
+    __slots__ = ("end", "eols", "first_line", "has_cr", "crlf", "found", "next")
+
+    def __init__(self, end: int, eols: int, first_line: int, has_cr: bool, crlf: bool) -> None:
+        self.end = end
+        self.eols = eols  # line ends from the survey's start to end
+        self.first_line = first_line  # the number of the survey's first line
+        self.has_cr = has_cr
+        self.crlf = crlf  # False: certainly no CRLF
+        self.found: list[tuple[int, int]] = []  # (position, group index or -1: match the line), sorted
+        self.next = 0  # the first entry of found not looked at yet
+
+    def count(self, data: bytes, start: int, stop: int) -> int:
+        """Line ends in data[start:stop] (line-aligned: a CRLF is never split)."""
+        n = data.count(b"\n", start, stop)
+        if self.has_cr:
+            n += data.count(b"\r", start, stop)
+            if self.crlf:
+                n -= data.count(b"\r\n", start, stop)
+        return n
+
+
+class _Literals:
+    """Finds the trigger literals of a chunk.
+
+    A literal holding a byte that is rare in the log is found through that byte
+    (its anchor): the survey's translate pass keeps anchors, so a chunk without
+    them costs nothing more, and each anchor found is checked with startswith.
+    Rarity is measured on a sample of the log, again every _REPLAN bytes and
+    whenever an anchor turns out frequent in a chunk (that chunk then falls back).
+    Groups with a literal lacking a rare byte are searched: by the prefilter if
+    there is one (all of them in one pass, compiled once per set of groups), else
+    with bytes.find per literal, one regex for literals sharing a prefix.
+    """
+
+    def __init__(self, groups: tuple[_Group, ...], prefilter: Prefilter | None = None) -> None:
+        self._groups = tuple((s, lits, -1 if own is None else i) for i, (s, lits, own) in enumerate(groups))
+        self._bytes = sorted({c for _, lits, _ in groups for lit in lits for c in lit} - _NOT_ANCHORS)
+        self.anchors: dict[int, list[tuple[bytes, int, int]]] = {}  # byte -> (literal, offset, key)
+        self._anchored_groups: dict[int, set[int]] = {}  # byte -> indexes of groups using it
+        self._searched = tuple(range(len(groups)))
+        self._left = 0  # bytes to survey before the next plan
+        self._prefilter = prefilter
+        self._finders: dict[tuple[int, ...], Finder] = {}  # searched groups -> the prefilter's finder
+
+    def due(self, n: int) -> bool:
+        self._left -= n
+        return self._left < 0
+
+    def plan(self, sample: bytes) -> None:
+        """Choose each literal's anchor: its rarest byte in ``sample``, if rare enough."""
+        counts = {c: sample.count(bytes((c,))) for c in self._bytes}
+        rare = len(sample) >> 13
+        self.anchors = {}
+        self._anchored_groups = {}
+        searched = []
+        for i, (_, literals, key) in enumerate(self._groups):
+            picks = []
+            for lit in literals:
+                usable = set(lit) - _NOT_ANCHORS
+                c = min(usable, key=lambda c: (counts[c], _PRIOR[c], lit.count(c), c), default=None)
+                if c is None or counts[c] > rare:
+                    searched.append(i)
+                    break
+                picks.append((c, lit))
+            else:
+                for c, lit in picks:
+                    self.anchors.setdefault(c, []).append((lit, lit.index(c), key))
+                    self._anchored_groups.setdefault(c, set()).add(i)
+        self._searched = tuple(searched)
+        self._left = _REPLAN if len(sample) >= _SAMPLE else _SAMPLE
+
+    def find_anchored(self, data: bytes, start: int, end: int, rest: bytes, found: list[tuple[int, int]]) -> None:
+        """Occurrences of anchored literals; ``rest`` holds the chunk's anchor bytes."""
+        dense = ((end - start) >> 11) + 16
+        for c, entries in self.anchors.items():
+            if c not in rest:
+                continue
+            if rest.count(c) > dense:  # frequent after all: search its groups, choose again
+                self._left = 0
+                self._searched = tuple(sorted(set(self._searched) | self._anchored_groups[c]))
+                continue
+            needle = bytes((c,))
+            p = data.find(needle, start, end)
+            while p >= 0:
+                for lit, offset, key in entries:
+                    q = p - offset
+                    if q >= start and data.startswith(lit, q, end):
+                        found.append((q, key))
+                p = data.find(needle, p + 1, end)
+
+    def find_searched(self, data: bytes, start: int, end: int, found: list[tuple[int, int]]) -> None:
+        """Occurrences of the literals of groups without anchors."""
+        if self._prefilter is not None and self._searched:
+            searched = self._searched
+            finder = self._finders.get(searched)
+            if finder is None:
+                if len(self._finders) >= 8:
+                    self._finders.clear()
+                finder = self._finders[searched] = self._prefilter(tuple(self._groups[i][1] for i in searched))
+            keys = tuple(self._groups[i][2] for i in searched)
+            found.extend((p, keys[j]) for p, j in finder(data, start, end))
+            return
+        for i in self._searched:
+            searcher, _, key = self._groups[i]
+            if type(searcher) is bytes:
+                p = data.find(searcher, start, end)
+                while p >= 0:
+                    found.append((p, key))
+                    p = data.find(searcher, p + len(searcher), end)
+            else:
+                found.extend((m.start(), key) for m in searcher.finditer(data, start, end))  # type: ignore[union-attr]
 
 
 def _next_eol(data: bytes, pos: int, end: int) -> int:
@@ -891,46 +1106,6 @@ def _eol(data: bytes, pos: int, end: int, has_cr: bool) -> int:
         if cr >= 0:
             return cr
     return lf
-
-
-_CRLF = re.compile(b"\r\n")
-
-
-def _find_crlf(data: bytes, start: int, end: int) -> int:
-    """Index of the first CRLF in data[start:end], or -1.
-
-    Measured: before Python 3.12 a regex scans for it ~3x faster than bytes.find;
-    from 3.12 on bytes.find is ~1.4x faster than the regex.
-    """
-    if _FIND_IS_FAST:
-        return data.find(b"\r\n", start, end)
-    m = _CRLF.search(data, start, end)
-    return m.start() if m else -1
-
-
-_FIND_IS_FAST = sys.version_info >= (3, 12)
-_NOT_EOL = bytes(b for b in range(256) if b not in (10, 13))
-
-
-def _count_eols(data: bytes, start: int, end: int, has_cr: bool) -> int:
-    """Line ends in data[start:end]; CRLF counts once (never split by start or end here)."""
-    if not has_cr:
-        return data.count(b"\n", start, end)
-    outside = len(data) - (end - start)
-    if outside * 8 < end - start:
-        # Most of the buffer: one translate pass beats counting LF and CR separately.
-        eols = data.translate(None, _NOT_EOL)
-        n = len(eols) - _count_cr_lf(data, 0, start) - _count_cr_lf(data, end, len(data))
-        if b"\r\n" not in eols:
-            return n
-    else:
-        n = _count_cr_lf(data, start, end)
-    first = _find_crlf(data, start, end)
-    return n - (data.count(b"\r\n", first, end) if first >= 0 else 0)
-
-
-def _count_cr_lf(data: bytes, start: int, end: int) -> int:
-    return data.count(b"\n", start, end) + data.count(b"\r", start, end) if start < end else 0
 
 
 def _last_lines(data: bytes, start: int, end: int, has_cr: bool, k: int) -> list[tuple[int, int]]:
