@@ -18,11 +18,11 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 def build_matcher(job: Job, start_offset: int = 0) -> Any:
     """The built-in library (unless turned off) followed by the playbook's rules."""
-    from gpuops.signatures import Matcher, builtin_rules, regex_rule
+    from gpuops.signatures import accel, builtin_rules, regex_rule
 
     rules = list(builtin_rules()) if job.playbook.watch.builtin else []
     rules += [regex_rule(r.name, r.pattern, r.action) for r in job.playbook.watch.rules]
-    return Matcher(rules, start_offset=start_offset)
+    return accel.matcher(rules, start_offset=start_offset)
 
 
 def _hit_data(hit: Any, job: Job) -> dict[str, Any]:
