@@ -6,7 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuops.command import bash
+from gpuops.command import Cmd, bash
+from gpuops.errors import AuthError, CommandTimeout, ConnectError, HostKeyError
+from gpuops.transport.base import Result
 from gpuops.flow.job import Job, holder_id
 from gpuops.flow.scripts import MARK, abort_script, kill_marked_script
 from gpuops.gpus import SmiError, parse_gpus
@@ -20,6 +22,23 @@ class AbortResult:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     session_gone_at: float | None = None  # the target's clock
+
+
+ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
+
+
+def run_persistently(job: Job, cmd: Cmd, *, timeout: float, budget: float = ABORT_PERSISTENCE) -> Result:
+    """Run an idempotent command (abort, reap) through dropped connections: a run must not
+    survive because the link blinked between the match and the abort. Host-key and
+    authentication errors are not retried."""
+    deadline = time.monotonic() + budget
+    while True:
+        try:
+            return job.run(cmd, timeout=timeout)
+        except (ConnectError, CommandTimeout) as exc:
+            if isinstance(exc, (HostKeyError, AuthError)) or time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)  # the next run() reconnects, retrying transient errors itself
 
 
 def abort_record(job: Job, reason: str, *, rule: str | None = None, line: str | None = None,
@@ -49,7 +68,7 @@ def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, li
         job.playbook.preflight.max_memory_used_mib,
     )
     started = time.monotonic()
-    result = job.run(bash(script), timeout=ab.grace + 90.0)
+    result = run_persistently(job, bash(script), timeout=ab.grace + 90.0)
     out = AbortResult(record, seconds=time.monotonic() - started)
     for text in result.out.splitlines():
         if text.startswith(MARK + "survivors"):
@@ -70,7 +89,7 @@ def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, li
 
 def reap(job: Job, run_id: str) -> list[int]:
     """After a run ended by itself: kill whatever of it is left (workers that outlived the command)."""
-    result = job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+    result = run_persistently(job, bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
     for text in result.out.splitlines():
         if text.startswith(MARK + "survivors"):
             return [int(p) for p in text.split()[2:] if p.isdigit()]

@@ -135,11 +135,17 @@ class SshTransport:
             self._conn = None
 
     def _connect_with_retries(self) -> Any:
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
+
+        backoff = wait_exponential(multiplier=0.25, max=4.0) + wait_random(0, 0.25)  # exponential, with jitter
+
+        def wait(state: Any) -> float:
+            # Never sleep past the budget: the last attempt starts when the budget ends.
+            return max(0.0, min(backoff(state), self.retry_time - state.seconds_since_start))
 
         retrying = Retrying(
             stop=stop_after_delay(self.retry_time),
-            wait=wait_random_exponential(multiplier=0.25, max=4.0),  # exponential backoff, full jitter
+            wait=wait,
             retry=retry_if_exception(is_transient),
             reraise=True,
         )
@@ -182,12 +188,19 @@ class SshTransport:
     def _channel(self, cmd: Cmd, timeout: float) -> paramiko.Channel:
         transport = self._transport()
         self.commands += 1
+        # paramiko's exec_command waits for the server's reply without a timeout: a peer that
+        # goes silent right then would hang us, so a timer closes the connection instead.
+        watchdog = threading.Timer(min(timeout, self.host.connect_timeout), transport.close)
+        watchdog.daemon = True
         try:
             chan = transport.open_session(timeout=min(timeout, self.host.connect_timeout))
+            watchdog.start()
             chan.exec_command(cmd.render())
         except (OSError, EOFError, paramiko.SSHException) as exc:
             self.close()
             raise ConnectionLost(self.label, f"connection lost ({_describe(exc)})") from None
+        finally:
+            watchdog.cancel()
         return chan
 
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
