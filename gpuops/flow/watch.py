@@ -63,6 +63,8 @@ def watch(
                 if matcher is None:
                     matcher = build_matcher(job, ev.offset)
                 yield Event("log", target, run_id, {"offset": ev.offset, "bytes": ev.data})
+                if once:
+                    continue  # plain `gpuops logs` prints the log; only --follow watches it
                 for hit in matcher.feed(ev.data):
                     yield Event("match", target, run_id, _hit_data(hit, job))
                     if hit.action == "abort" and first_abort is None:
@@ -94,7 +96,7 @@ def watch(
             elif isinstance(ev, Reconnected):
                 yield Event("reconnected", target, run_id, {"offset": ev.offset})
             elif isinstance(ev, Ended):
-                if matcher is not None:
+                if matcher is not None and not once:
                     for hit in matcher.finish():
                         yield Event("match", target, run_id, _hit_data(hit, job))
                         if hit.action == "abort" and first_abort is None:
