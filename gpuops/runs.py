@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,8 @@ STATE_DIR = '"$HOME/.gpuops"'
 
 def new_run_id(now: float | None = None) -> str:
     """Sortable and unique: 20261129-101500-3fa9c2."""
+    import secrets
+
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{secrets.token_hex(3)}"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +111,8 @@ def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tu
     """Probe every target, at most MAX_PARALLEL at a time; results in the order asked."""
     if len(targets) == 1:
         return [probe_target(pool, inventory, targets[0], sessions)]
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as ex:
         futures = [ex.submit(probe_target, pool, inventory, t, sessions) for t in targets]
         return [f.result() for f in futures]

@@ -5,9 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
-import time
-import traceback
 from typing import Any, Callable
 
 import click
@@ -63,6 +60,10 @@ def report_cost(verbose: bool, transports: Any) -> None:
 
 def crash_report() -> str:
     """Write the current exception's traceback to a file; return its path."""
+    import tempfile
+    import time
+    import traceback
+
     folder = os.path.join(tempfile.gettempdir(), "gpuops-crash")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
