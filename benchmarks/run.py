@@ -278,11 +278,16 @@ def bench_scan(args: argparse.Namespace) -> list[Row]:
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-800:])
     data = json.loads(r.stdout.strip().splitlines()[-1])
-    ratio = data["matcher_mb_s"] / data["grep_mb_s"]
-    return [Row(f"scan: matcher over a {args.scan_mb} MB log", [data["matcher_mb_s"]], unit="MB/s",
-                baseline_name="grep -E -c, same patterns", baseline=[data["grep_mb_s"]],
-                target=">= 0.5x grep, flat memory", met=ratio >= 0.5,
-                note=f"peak RSS {data['peak_rss_mb']:.0f} MB; engine {data.get('engine', 'stdlib')}")]
+    grep = [data["grep_mb_s"]]
+    rows = [Row(f"scan: stdlib matcher over a {args.scan_mb} MB log", [data["stdlib_mb_s"]], unit="MB/s",
+                baseline_name="grep -E -c, same patterns", baseline=grep,
+                target=">= 0.5x grep, flat memory", met=data["stdlib_mb_s"] / data["grep_mb_s"] >= 0.5,
+                note=f"peak RSS {data['peak_rss_mb']:.0f} MB (same for a 32 MB log)")]
+    if data.get("hyperscan_mb_s"):
+        rows.append(Row(f"scan: matcher + hyperscan ([fast] extra) over a {args.scan_mb} MB log", [data["hyperscan_mb_s"]],
+                        unit="MB/s", baseline_name="grep -E -c, same patterns", baseline=grep,
+                        target=">= 0.5x grep, flat memory", met=data["hyperscan_mb_s"] / data["grep_mb_s"] >= 0.5))
+    return rows
 
 
 BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
