@@ -1,0 +1,124 @@
+"""CLI-level fuzz: random mutations of the shipped YAML files, fed to `gpuops validate` and `launch --dry-run`.
+
+As a user meets them: `python -m gpuops` as a subprocess. Whatever the mutation, gpuops exits 2 with
+one clear message on stderr (or 0 when the file is still valid), never a Python traceback, never
+exit 1 (a bug), and never hangs (each command runs under a timeout). The dry run connects to
+nothing, so the real lab's inventory (10.1.2.6) is safe to use.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from bench.cli import Cli, gpuops
+
+REPO = Path(__file__).resolve().parent.parent
+PAIRS = [
+    (REPO / "inventories" / "example.yaml", REPO / "playbooks" / "dflash.yaml"),
+    (REPO / "inventories" / "local.yaml", REPO / "playbooks" / "demo.yaml"),
+]
+# Bits of YAML syntax and values a slip of the keyboard (or a bad merge) puts into a file.
+JUNK = [
+    ":", ": ", "- ", "-", "{", "}", "[", "]", ",", "&a ", "*a", "<<: *a", "!!python/object:os.system ", "!!binary ",
+    "!!int ", "!!str ", "? ", "|", ">", "'", '"', "#", "%YAML 1.1\n", "---\n", "...\n", "\t", "  ", "\n", "\n  ",
+    "\n    - ", "~", "null", "true", "yes", "-1", "0", "1e9999", "0x1F", ".nan", "99999999999999999999", "[]", "{}",
+    "[1, 2", "a: b: c", "\\", "\ufeff", "\u2028", "\x85", "\x07", "\x00", "é", "🙂", "\r", "\r\n", "=", "@", "`",
+    "{{gpu}}", "{gpu", "{nope}", "(?P<", "*+", "$(touch /tmp/gpuops-fuzz-canary)",
+]
+BYTES = [b"\xff\xfe", b"\xc3(", b"\xe2\x82", b"\x80"]
+CLI_TIMEOUT = 60.0  # a hang fails the example instead of blocking the run
+
+
+@st.composite
+def mutated(draw: st.DrawFn, original: bytes) -> bytes:
+    """Apply 1-3 random edits to a file's bytes."""
+    data = bytearray(original)
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["insert", "delete", "replace", "duplicate-line", "swap-lines", "indent", "truncate",
+                                     "bytes"]))
+        lines = bytes(data).split(b"\n")
+        at = draw(st.integers(0, len(data)))
+        if kind == "insert":
+            data[at:at] = draw(st.sampled_from(JUNK)).encode()
+        elif kind == "bytes":
+            data[at:at] = draw(st.sampled_from(BYTES))
+        elif kind == "delete":
+            data[at : at + draw(st.integers(1, 40))] = b""
+        elif kind == "replace":
+            # A value after `key: ` becomes something else.
+            spots = [m.end() for m in re.finditer(rb": ", data)]
+            if spots:
+                spot = draw(st.sampled_from(spots))
+                end = data.find(b"\n", spot)
+                end = len(data) if end < 0 else end
+                data[spot:end] = draw(st.sampled_from(JUNK + ["-5", "0", "3.5", "[5, 5]", "{a: 1}", "''"])).encode()
+        elif kind == "duplicate-line":
+            i = draw(st.integers(0, len(lines) - 1))
+            lines.insert(i, lines[i])
+            data = bytearray(b"\n".join(lines))
+        elif kind == "swap-lines":
+            i, j = draw(st.integers(0, len(lines) - 1)), draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+            data = bytearray(b"\n".join(lines))
+        elif kind == "indent":
+            i = draw(st.integers(0, len(lines) - 1))
+            lines[i] = draw(st.sampled_from([b"", b" ", b"  ", b"   ", b"\t"])) + lines[i].lstrip(b" ")
+            data = bytearray(b"\n".join(lines))
+        else:
+            data = data[:at]
+    return bytes(data)
+
+
+def check(result: Cli, files: list[Path]) -> None:
+    """Exit 0, or exit 2 with one clear message on stderr; never a traceback."""
+    said = result.text + result.err
+    assert "Traceback" not in said and "internal error" not in said, result
+    assert result.code in (0, 2), result
+    if result.code == 2:
+        first = result.err.splitlines()[0] if result.err else ""
+        assert first.startswith(("gpuops: error: ", "Usage: ", "Error: ")), result
+        where = re.match(r"gpuops: error: (.+?):(\d+):(\d+): \S", first)
+        if where:
+            # FILE:LINE:COL names one of the files and a line inside it (or just past its end).
+            path = Path(where.group(1))
+            assert path in files, result
+            assert 1 <= int(where.group(2)) <= path.read_bytes().count(b"\n") + 2, result
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_shipped_files_give_a_clear_message_or_pass(data: st.DataObject) -> None:
+    inventory_src, playbook_src = data.draw(st.sampled_from(PAIRS), label="files")
+    which = data.draw(st.sampled_from(["inventory", "playbook", "both"]), label="mutate")
+    with tempfile.TemporaryDirectory(prefix="gpuops-fuzz-") as tmp:
+        inventory, playbook = Path(tmp) / inventory_src.name, Path(tmp) / playbook_src.name
+        inventory.write_bytes(data.draw(mutated(inventory_src.read_bytes()), label="inventory")
+                              if which != "playbook" else inventory_src.read_bytes())
+        playbook.write_bytes(data.draw(mutated(playbook_src.read_bytes()), label="playbook")
+                             if which != "inventory" else playbook_src.read_bytes())
+        env = {"HOME": tmp}  # no ~/.ssh/config of the developer's in the way
+        validated = gpuops("validate", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT, env=env)
+        check(validated, [inventory, playbook])
+        event(f"validate exit {validated.code}")
+        if validated.code == 0:
+            assert validated.err.startswith("ok: "), validated
+        planned = gpuops("launch", "--dry-run", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT, env=env)
+        check(planned, [inventory, playbook])
+        if validated.code == 2:
+            assert planned.code == 2, planned  # a file validate refuses is never run
+        if planned.code == 0:
+            assert planned.text.startswith("# gpuops launch --dry-run: target "), planned
+    assert not Path("/tmp/gpuops-fuzz-canary").exists()
+
+
+def test_the_shipped_files_are_valid_and_dry_run() -> None:
+    for inventory, playbook in PAIRS:
+        validated = gpuops("validate", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
+        assert validated.code == 0, validated
+        planned = gpuops("launch", "--dry-run", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
+        assert planned.code == 0 and planned.text.startswith("# gpuops launch --dry-run: target "), planned
