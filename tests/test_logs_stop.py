@@ -80,7 +80,7 @@ def test_logs_follow_no_abort_reports_the_match_and_leaves_the_run_alive(ct: Ct)
     follow.wait_for(lambda: follow.out.count('"event": "log"') >= seen + 3, "log lines after the match")
     assert ct.session_alive() and all(ct.gpu_memory().values())
     assert not (ct.run_dir() / "abort.json").exists()
-    follow.interrupt()
+    follow.signal()
     result = follow.finish()
     assert result.code == 130, result
     events = result.events()
@@ -98,7 +98,7 @@ def test_logs_follow_no_abort_reports_a_stall_and_leaves_the_run_alive(ct: Ct) -
     follow.wait_for(lambda: '"event": "stall"' in follow.out, "the stall to be reported")
     assert follow.proc.poll() is None  # still following
     assert ct.session_alive() and all(ct.gpu_memory().values())
-    follow.interrupt()
+    follow.signal()
     result = follow.finish()
     assert result.code == 130, result
     events = result.events()
@@ -122,7 +122,7 @@ def test_ctrl_c_while_following_exits_130_and_says_how_to_reattach(ct: Ct) -> No
     start_detached(ct, trainer("steps", "--steps", "100000"))
     follow = ct.start("logs", "--follow")
     follow.wait_for(lambda: "step 3/" in follow.out, "the log to stream")
-    follow.interrupt()
+    follow.signal()
     result = follow.finish()
     assert result.code == 130, result
     assert "still alive" in result.err, result

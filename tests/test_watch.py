@@ -9,27 +9,24 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
 
 from bench import FakeProxmox, SshServer, procs, wait_until, write_inventory
+from bench.cli import CLI_TIMEOUT, Cli, Running, gpuops
 
 GPUS = (5, 6)
 SESSION = "train"
 FX_LINE = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function"
-CLI_TIMEOUT = 180.0  # one gpuops command, on a loaded 2-core machine
 
 
 # -- helpers shared with test_logs_stop.py ------------------------------------------------------
@@ -62,77 +59,6 @@ def trainer(mode: str, *extra: str) -> str:
 
 
 @dataclass
-class Cli:
-    """A finished gpuops command: exit code, stdout bytes, stderr text."""
-
-    code: int
-    out: bytes
-    err: str
-
-    @property
-    def text(self) -> str:
-        return self.out.decode("utf-8", "replace")
-
-    def events(self) -> list[dict[str, Any]]:
-        """--json output: every stdout line must be one JSON object."""
-        return [json.loads(line) for line in self.text.splitlines()]
-
-    def __str__(self) -> str:
-        return f"exit {self.code}\n--- stdout\n{self.text[-4000:]}\n--- stderr\n{self.err[-4000:]}"
-
-
-class Running:
-    """A gpuops command running in the background, its output collected as it comes."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._out = bytearray()
-        self._err = bytearray()
-        self._threads = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self._out), daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self._err), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    @staticmethod
-    def _pump(stream: Any, buf: bytearray) -> None:
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            buf += chunk
-
-    @property
-    def out(self) -> str:
-        return bytes(self._out).decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return bytes(self._err).decode("utf-8", "replace")
-
-    def wait_for(self, predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-        def check() -> Any:
-            if self.proc.poll() is not None and not predicate():
-                raise AssertionError(f"gpuops exited {self.proc.returncode} before {what}:\n{self.out[-3000:]}\n{self.err[-3000:]}")
-            return predicate()
-
-        return wait_until(check, timeout=timeout, message=lambda: f"{what}; stderr so far:\n{self.err[-2000:]}")
-
-    def interrupt(self) -> None:
-        """Ctrl-C, as the terminal delivers it to gpuops."""
-        os.kill(self.proc.pid, signal.SIGINT)
-
-    def finish(self, timeout: float = CLI_TIMEOUT) -> Cli:
-        try:
-            self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            for t in self._threads:
-                t.join(timeout=10)
-        return Cli(self.proc.returncode, bytes(self._out), self.err)
-
-
-@dataclass
 class Ct:
     """CT 200 on the bench's fake Proxmox host, reached over real sshd, and the gpuops files for it."""
 
@@ -153,14 +79,13 @@ class Ct:
         argv = self.argv(command, *args, playbook=playbook)
         if command == "launch":
             argv.append("--yes")
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-        return Cli(result.returncode, result.stdout, result.stderr.decode("utf-8", "replace"))
+        return gpuops(*argv[3:], timeout=timeout)
 
     def start(self, command: str, *args: str, playbook: Path | None = None) -> Running:
         argv = self.argv(command, *args, playbook=playbook)
         if command == "launch":
             argv.append("--yes")
-        return Running(argv)
+        return Running(*argv[3:])  # bench.cli.Running adds `python -m gpuops` itself
 
     # -- what is on the target ---------------------------------------------------------------
     def run_id(self) -> str:
@@ -480,7 +405,7 @@ def test_ctrl_c_while_launch_follows_leaves_the_run_alive(ct: Ct) -> None:
     ct.playbook(trainer("steps", "--steps", "100000"))
     launch = ct.start("launch")
     launch.wait_for(lambda: "step 3/" in launch.out, "the log to stream")
-    launch.interrupt()
+    launch.signal()
     result = launch.finish()
     assert result.code == 130, result
     assert "still alive" in result.err, result
@@ -497,7 +422,7 @@ def test_ctrl_c_during_the_abort_says_how_to_make_sure_the_run_is_stopped(ct: Ct
     ct.playbook(trainer("ignore-int"), grace=6, rules=[{"name": "step-5", "pattern": r"^step 5/"}])
     launch = ct.start("launch")
     launch.wait_for(lambda: "aborting run" in launch.err, "the abort to start")
-    launch.interrupt()  # during the grace: the trainer ignores Ctrl-C
+    launch.signal()  # during the grace: the trainer ignores Ctrl-C
     result = launch.finish()
     assert result.code == 130, result
     assert "still alive" not in result.err, result
