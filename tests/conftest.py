@@ -20,9 +20,7 @@ def _keep() -> bool:
     return os.environ.get("GPUOPS_BENCH_KEEP") == "1"
 
 
-@pytest.fixture
-def sshd() -> Iterator[SshServer]:
-    """A fresh real sshd (fresh keys, fake root) per test; stopped and swept even when the test fails."""
+def _server() -> Iterator[SshServer]:
     server = SshServer()
     try:
         server.start()
@@ -32,6 +30,18 @@ def sshd() -> Iterator[SshServer]:
         FakeProxmox(server.fake_root).cleanup()
         if not _keep():
             shutil.rmtree(server.fake_root, ignore_errors=True)
+
+
+@pytest.fixture
+def sshd() -> Iterator[SshServer]:
+    """A fresh real sshd (fresh keys, fake root) per test; stopped and swept even when the test fails."""
+    yield from _server()
+
+
+@pytest.fixture
+def bastion() -> Iterator[SshServer]:
+    """A second real sshd on 127.0.0.1, used as the jump host."""
+    yield from _server()
 
 
 @pytest.fixture

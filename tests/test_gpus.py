@@ -39,7 +39,7 @@ def test_error_text_is_refused_not_misread(text: str) -> None:
 
 
 def test_idle_check_reports_each_problem_against_thresholds() -> None:
-    gpus = parse_gpus(f"5, A, 30000, 143771, 97\n6, B, 0, 143771, 0\n7, C, 900, 143771, 0\n", "1, C, 900 MiB, python3")
+    gpus = parse_gpus("5, A, 30000, 143771, 97\n6, B, 0, 143771, 0\n7, C, 900, 143771, 0\n", "1, C, 900 MiB, python3")
     findings = check_idle(gpus, (5, 6, 7, 8), max_memory_mib=500, max_util_pct=10, allow_processes=False)
     by = {f.index: f for f in findings}
     assert "30000 MiB used > 500 MiB" in by[5].problems and "utilisation 97% > 10%" in by[5].problems

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,18 +35,6 @@ def gpuops(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
         [sys.executable, "-m", "gpuops", *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-
-
-@pytest.fixture
-def bastion() -> Iterator[SshServer]:
-    """A second real sshd on 127.0.0.1, used as the jump host."""
-    server = SshServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.fake_root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -9,13 +9,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +63,6 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     return {"HOME": str(home), "SSH_AUTH_SOCK": ""}
-
-
-@pytest.fixture
-def bastion() -> Iterator[SshServer]:
-    """A second real sshd on 127.0.0.1, used as the jump host."""
-    server = SshServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.fake_root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Sequence
 
 from bench import fakes, procs
-from bench.waiting import wait_until
 
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT = 20.0  # a loaded 2-core CI machine can take seconds to start sshd
