@@ -6,7 +6,7 @@ set -u
 OUT=${OUT:-./device-out}
 mkdir -p "$OUT"
 ROOT=$PWD
-# Wheels and tmux carried in .whl/ when the machine has no registry (see tools/README.md).
+# A machine without a package registry gets click/pyyaml/rich wheels and the tmux .deb files carried in .whl/.
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
   mkdir -p /tmp/tmuxroot && for d in .whl/*.deb; do dpkg -x "$d" /tmp/tmuxroot; done
