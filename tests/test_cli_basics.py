@@ -140,6 +140,7 @@ def test_the_shipped_files_validate(inventory: Path, playbook: Path, target: str
     assert as_json.returncode == 0
     summary = json.loads(as_json.stdout)
     assert summary["outcome"] == "valid" and summary["exit_code"] == 0
+    assert summary["event"] == "summary" and summary["target"] == target and summary["ts"].endswith("Z")
     assert len(summary["checked"]) == 3
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from gpuops.errors import ExitCode, UsageError
@@ -25,7 +24,10 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")
     if as_json:
-        sys.stdout.write(json.dumps({"event": "summary", "outcome": "valid", "exit_code": 0, "checked": checked}) + "\n")
+        from gpuops.cli.render import JsonRenderer
+        from gpuops.flow.events import Outcome
+
+        JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", {"checked": checked}), target or (pb.target if pb else None) or "")
     else:
         for line in checked:
             sys.stderr.write(f"ok: {line}\n")
