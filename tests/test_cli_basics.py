@@ -8,16 +8,15 @@ to inventories/example.yaml's host: that file is only validated and dry-run.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from bench.cli import gpuops_text
 from bench import SshServer, write_inventory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,18 +24,12 @@ EXAMPLE_INV = REPO / "inventories" / "example.yaml"
 LOCAL_INV = REPO / "inventories" / "local.yaml"
 DFLASH = REPO / "playbooks" / "dflash.yaml"
 DEMO = REPO / "playbooks" / "demo.yaml"
-GPUOPS_VARS = ("GPUOPS_INVENTORY", "GPUOPS_PLAYBOOK", "GPUOPS_TARGET", "GPUOPS_CONNECT_RETRY_TIME")
 ERROR_LINE = re.compile(r"^gpuops: error: (?P<where>.+?):(?P<line>\d+):(?P<col>\d+): (?P<what>.+)$")
 
 
 def gpuops(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would; the developer's own GPUOPS_* variables never leak in."""
-    full = {k: v for k, v in os.environ.items() if k not in GPUOPS_VARS}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpuops", *args],
-        capture_output=True, text=True, env=full, cwd=REPO, timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return gpuops_text(*args, env=env, timeout=timeout)
 
 
 def assert_config_error(result: subprocess.CompletedProcess[str], path: Path, line: int, col: int, what: str) -> None:

@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.cli import gpuops_text
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.procs import is_alive
 from gpuops.command import Cmd, Script, bash
@@ -28,16 +28,11 @@ from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotR
 from gpuops.transport import LocalTransport, PctTransport, Pool
 
 REPO = Path(__file__).resolve().parent.parent
-GPUOPS_VARS = ("GPUOPS_INVENTORY", "GPUOPS_PLAYBOOK", "GPUOPS_TARGET", "GPUOPS_CONNECT_RETRY_TIME")
 
 
 def gpuops(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k not in GPUOPS_VARS}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpuops", *args],
-        capture_output=True, text=True, env=full, cwd=REPO, timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    """Run the CLI as a user would; the developer's own GPUOPS_* variables never leak in."""
+    return gpuops_text(*args, env=env, timeout=timeout)
 
 
 def pool_for(path: Path, *, retry_time: float = 5.0) -> Pool:

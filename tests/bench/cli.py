@@ -18,6 +18,7 @@ from bench import procs
 from bench.waiting import wait_until
 
 CLI_TIMEOUT = 180.0  # one gpuops command, on a loaded 2-core machine
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -54,6 +55,13 @@ def gpuops(*args: str, timeout: float = CLI_TIMEOUT, env: Mapping[str, str] | No
     """Run `gpuops ARGS` to completion (killed past `timeout`: a hang fails the test, it never blocks it)."""
     result = subprocess.run(argv(*args), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=_env(env))
     return Cli(result.returncode, result.stdout, result.stderr.decode("utf-8", "replace"))
+
+
+def gpuops_text(*args: str, env: Mapping[str, str] | None = None, timeout: float = CLI_TIMEOUT,
+                ) -> subprocess.CompletedProcess[str]:
+    """`gpuops ARGS` from the repo root, both streams as text (for tests that read them as strings)."""
+    return subprocess.run(argv(*args), capture_output=True, text=True, env=_env(env), cwd=REPO, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
 
 
 class Running:
