@@ -11,7 +11,8 @@ from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
 from gpuops.probe import MARK, Probe, parse_probe, probe_script
 from gpuops.transport import Pool
-from gpuops.transport.pct import PctTransport
+from gpuops.transport.base import Result
+from gpuops.transport.pct import PctTransport, parse_pct_status
 
 MAX_PARALLEL = 8
 
@@ -97,14 +98,12 @@ def _container_state(out: str) -> str:
     if not failed:
         return "running"
     after = lines[failed[0] + 1 :]
-    said = [ln for ln in after if ln.strip() and not ln.startswith(MARK)]
-    for text in said:
-        if text.startswith("status:"):
-            state = text.split(":", 1)[1].strip()
-            return state if state != "running" else "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
-    if "does not exist" in " ".join(said):
-        return "missing"
-    return "unknown (pct status: " + " ".join(said)[:200] + ")"
+    said = "\n".join(ln for ln in after if not ln.startswith(MARK))
+    rc = next((int(ln.split()[-1]) for ln in after if ln.startswith(MARK + "pct_rc")), 1)
+    state = parse_pct_status(Result(rc, said.encode(), said.encode()))  # pct's stdout and stderr were merged
+    if state == "running":  # pct status says running, yet pct exec failed
+        return "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
+    return state
 
 
 def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:

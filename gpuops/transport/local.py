@@ -7,7 +7,6 @@ import select
 import shlex
 import signal
 import subprocess
-import time
 
 from gpuops.command import Cmd
 from gpuops.errors import CommandTimeout
@@ -115,7 +114,3 @@ class LocalTransport:
     def close(self) -> None:
         return None
 
-
-def deadline_left(deadline: float) -> float:
-    """Seconds left until a time.monotonic() deadline, never negative."""
-    return max(0.0, deadline - time.monotonic())

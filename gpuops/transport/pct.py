@@ -36,10 +36,6 @@ class PctTransport:
     def open(self, cmd: Cmd) -> Stream:
         return self.inner.open(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
 
-    def host_run(self, cmd: Cmd, *, timeout: float) -> Result:
-        """A command on the Proxmox host itself (pct status)."""
-        return self.inner.run(cmd, timeout=timeout)
-
     def state(self, *, timeout: float) -> str:
         """`running`, `stopped`, `missing`, or pct's own words when it says something else."""
         result = self.inner.run(Cmd("pct", "status", str(self.ctid)), timeout=timeout)
@@ -87,11 +83,3 @@ def parse_pct_status(result: Result) -> str:
     text = (result.err or result.out).strip().splitlines()
     return text[-1] if text else f"unknown (pct status exited {result.exit_code})"
 
-
-def container_error(stderr: str) -> str | None:
-    """`missing`/`stopped` when pct's stderr says so, else None."""
-    if _MISSING.search(stderr):
-        return "missing"
-    if _STOPPED.search(stderr):
-        return "stopped"
-    return None
