@@ -87,9 +87,12 @@ def abort_run(job: Job, run_id: str, reason: str, *, rule: str | None = None, li
     return out
 
 
-def reap(job: Job, run_id: str) -> list[int]:
-    """After a run ended by itself: kill whatever of it is left (workers that outlived the command)."""
-    result = run_persistently(job, bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+def reap(job: Job, run_id: str, *, persistent: bool = True) -> list[int]:
+    """Kill every process of the run that is left (workers that outlived the command, a warmup);
+    returns those that survived SIGKILL. `persistent` keeps trying through a dropped connection."""
+    cmd = bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}"))
+    timeout = max(job.timeout, 30.0)
+    result = run_persistently(job, cmd, timeout=timeout) if persistent else job.run(cmd, timeout=timeout)
     for text in result.out.splitlines():
         if text.startswith(MARK + "survivors"):
             return [int(p) for p in text.split()[2:] if p.isdigit()]

@@ -7,6 +7,7 @@ from typing import Any, Iterator
 
 from gpuops.command import Cmd, bash
 from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped
+from gpuops.flow.abort import reap
 from gpuops.flow.events import Event, Outcome
 from gpuops.flow.job import Job, holder_id
 from gpuops.flow.preflight import LaunchLock, evaluate
@@ -62,7 +63,7 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
                     durations[str(ev.get("gpu"))] = ev.get("seconds")
                 yield ev
         except (KeyboardInterrupt, GeneratorExit):
-            job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+            reap(job, run_id, persistent=False)  # Ctrl-C: do not wait out a dead link
             job.run(bash(write_record(run_id, "meta.json", _meta(job, run_id, "interrupted", warmup_seconds=durations))))
             raise
         except WarmupError as exc:
@@ -132,8 +133,7 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
         return
     if state is None or not state.alive:
         if info is not None:
-            leftovers = job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={info.run_id}"))).out
-            _ = leftovers
+            reap(job, info.run_id, persistent=False)
         yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}", {"run": info.run_id if info else None})
         return
     run_id = info.run_id if info else "unknown"
@@ -157,5 +157,5 @@ def _stop_launch(job: Job, info: Any) -> Iterator[Event | Outcome]:
     run_id = info.run_id
     yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "phase": info.meta.get("phase")})
     job.run(bash(write_record(run_id, "abort.json", dumps(abort_record(job, "stop")))))
-    job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 30.0))
+    reap(job, run_id, persistent=False)
     yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})

@@ -7,9 +7,10 @@ from typing import Iterator
 
 from gpuops.command import bash
 from gpuops.errors import RunStopped, WarmupFailed
+from gpuops.flow.abort import reap
 from gpuops.flow.events import Event
 from gpuops.flow.job import Job
-from gpuops.flow.scripts import MARK, STOPPED_EXIT, gpu_memory_script, kill_marked_script, warmup_script
+from gpuops.flow.scripts import MARK, STOPPED_EXIT, gpu_memory_script, warmup_script
 
 TAIL_LINES = 30
 STOPPED_LINE = (MARK + "stopped").encode()
@@ -94,7 +95,7 @@ def _kill(job: Job, run_id: str, gpu: int) -> None:
     target (another session) would be killed too. During warmup only warmup processes carry
     the run's id, so the run marker finds exactly this warmup (and children it detached).
     """
-    job.run(bash(kill_marked_script(f"GPUOPS_RUN_ID={run_id}")), timeout=max(job.timeout, 20.0))
+    reap(job, run_id, persistent=False)
 
 
 def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
