@@ -135,22 +135,15 @@ class SshTransport:
             self._conn = None
 
     def _connect_with_retries(self) -> Any:
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
-
-        backoff = wait_exponential(multiplier=0.25, max=4.0) + wait_random(0, 0.25)  # exponential, with jitter
-
-        def wait(state: Any) -> float:
-            # Never sleep past the budget: the last attempt starts when the budget ends.
-            return max(0.0, min(backoff(state), self.retry_time - state.seconds_since_start))
-
-        retrying = Retrying(
-            stop=stop_after_delay(self.retry_time),
-            wait=wait,
-            retry=retry_if_exception(is_transient),
-            reraise=True,
-        )
+        started = time.monotonic()
         try:
-            conn = retrying(self._connect_once)
+            try:
+                conn = self._connect_once()
+            except Exception as exc:
+                if not is_transient(exc) or self.retry_time <= 0:
+                    raise
+                # tenacity is imported here, on the first failure, not on every start-up (10-15 ms).
+                conn = self._retry(self.retry_time - (time.monotonic() - started))
         except GpuopsError:
             raise
         except paramiko.AuthenticationException as exc:
@@ -164,6 +157,25 @@ class SshTransport:
             ) from None
         self.connections_made += 1
         return conn
+
+    def _retry(self, budget: float) -> Any:
+        """The attempts after a first transient failure: exponential backoff with jitter
+        (0.25 s, 0.5 s, 1 s ... at most 4 s), never sleeping past the budget left."""
+        import random
+
+        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
+
+        first_wait = max(0.0, min(0.25 + random.uniform(0, 0.25), budget))
+        time.sleep(first_wait)
+        budget -= first_wait
+        backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.25)
+
+        def wait(state: Any) -> float:
+            # The last attempt starts when the budget ends.
+            return max(0.0, min(backoff(state), budget - state.seconds_since_start))
+
+        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait, retry=retry_if_exception(is_transient), reraise=True)
+        return retrying(self._connect_once)
 
     def _connect_once(self) -> Any:
         return _Connection.open(self.host, self.hosts)
