@@ -1,3 +1,3 @@
-from gpuops.cli.main import main
+from gpuops.cli.entry import run
 
-main()
+run()
