@@ -17,7 +17,7 @@ def run() -> None:
     from gpuops.cli.main import main
 
     try:
-        main(prog_name="gpuops")
+        main()
         code: object = 0
     except SystemExit as exc:
         code = exc.code
