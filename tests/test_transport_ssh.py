@@ -21,11 +21,13 @@ import yaml
 
 from bench.cli import gpuops_text
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
+from bench.inventory import host_entry
 from bench.procs import is_alive
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotRunning
 from gpuops.transport import LocalTransport, PctTransport, Pool
+from gpuops.transport.lowlatency import LowLatencySocket
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,6 +108,28 @@ def test_one_connection_serves_every_command_of_an_invocation(tmp_path: Path, ss
         assert sshd.connection_count() == 1
     finally:
         pool.close()
+
+
+def test_connections_send_and_acknowledge_at_once(tmp_path: Path, sshd: SshServer, bastion: SshServer) -> None:
+    # Nagle plus delayed ACKs cost ~40 ms per request/response on the SSH handshake and on each
+    # channel open (benchmarks/run.py status shows it); the socket under every connection opts out,
+    # a jump host's too (the target's connection runs inside the jump's channel, over that socket).
+    direct = write_inventory(tmp_path / "direct.yaml", sshd, ctid=None)
+    jumped = write_inventory(tmp_path / "jumped.yaml", sshd, ctid=None, jump="bastion",
+                             extra_hosts={"bastion": host_entry(bastion)})
+    for inv, hops in ((direct, 1), (jumped, 2)):
+        pool = pool_for(inv)
+        try:
+            for i in range(3):
+                assert pool.host("pve1").run(Cmd("echo", str(i)), timeout=30).out == f"{i}\n"
+            clients = pool.host("pve1")._conn.clients
+            assert len(clients) == hops
+            sock = clients[0].get_transport().sock
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            # The kernel drops QUICKACK on its own (reading it back says so), so it is re-armed on every read.
+            assert isinstance(sock, LowLatencySocket)
+        finally:
+            pool.close()
 
 
 def test_status_over_two_targets_on_one_host_makes_one_connection(

@@ -19,6 +19,7 @@ from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
 from gpuops.transport.hostkeys import HostKeyPolicy, changed_key_error, load_known_hosts
+from gpuops.transport.lowlatency import transport_factory
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
 # with logging unconfigured Python prints them on stderr. gpuops reports those failures itself.
@@ -344,6 +345,7 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
             hostname, port=port, username=user, key_filename=keys or None, sock=sock,
             timeout=host.connect_timeout, banner_timeout=host.connect_timeout,
             auth_timeout=host.connect_timeout, channel_timeout=host.connect_timeout,
+            transport_factory=transport_factory,  # no 40 ms Nagle/delayed-ACK stalls (lowlatency.py)
         )
     except paramiko.BadHostKeyException as exc:
         raise changed_key_error(host.name, exc, host.known_hosts, port) from None
