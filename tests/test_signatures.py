@@ -23,6 +23,9 @@ EXPECTED = {
     "fx_race_caught.txt": [("fx-tracing-race", 10)],
     "fx_race_tqdm.txt": [("fx-tracing-race", 17)],
     "fx_race_rank_prefix.txt": [("fx-tracing-race", 10)],
+    # The real race on an H200 (tests/data/real_h200/fx-race.log) without its two whole
+    # exception lines: only the one torn in two by another thread's output is left.
+    "fx_race_all_torn.txt": [("fx-tracing-race", 38)],
     "oom.txt": [("cuda-oom", 17)],
     "device_assert.txt": [("cuda-error", 19)],
     "illegal_memory_access.txt": [("cuda-error", 7)],
@@ -157,6 +160,18 @@ def test_exception_excerpt_runs_from_header_to_exception_line(name):
         assert lines[-1] == hit.line
         assert len(lines) <= matcher_mod.EXCERPT_LINES
         assert len(hit.excerpt) <= matcher_mod.EXCERPT_CHARS
+
+
+def test_an_exception_line_torn_by_another_thread_still_matches():
+    (hit,) = scan(sample("fx_race_all_torn.txt"))
+    lines = hit.excerpt.splitlines()
+    assert lines[0] == "drafter-3:" and lines[1] == "Traceback (most recent call last):"
+    assert lines[-2:] == ["RuntimeError    raise RuntimeError(", hit.line]
+    # A torn message needs the torn name right before it, inside an open traceback.
+    message = ": " + FX.split(": ", 1)[1] + "\n"
+    assert scan(("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    f()\n"
+                 "loss 2.3\n" + message).encode()) == []
+    assert scan(("RuntimeError    raise RuntimeError(\n" + message).encode()) == []
 
 
 def test_interleaved_threads_each_get_their_own_traceback():
@@ -489,6 +504,8 @@ def mixed_log(seed: int) -> bytes:
         b"\n",
         b"[rank0]: Traceback (most recent call last):\n",
         b"Exception in thread drafter-9:\n",
+        b"RuntimeError    raise RuntimeError(\n",
+        b": " + FX.split(": ", 1)[1].encode() + b"\n",
     ]
     out = []
     for _ in range(300):
@@ -499,7 +516,10 @@ def mixed_log(seed: int) -> bytes:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_chunk_sizes_give_identical_hits(engine):
     kw = engine_kw(engine)
-    data = b"".join(sample(n) for n in sorted(EXPECTED))
+    # A sample may end inside a traceback (the torn race leaves two open, as the real log did):
+    # the samples are kept further apart than a traceback stays open, so each gives its own hits.
+    apart = b"\n" * (matcher_mod.TRACEBACK_WINDOW + 1)
+    data = apart.join(sample(n) for n in sorted(EXPECTED))
     whole = scan(data, **kw)
     assert [h.rule for h in whole] == [rule for n in sorted(EXPECTED) for rule, _ in EXPECTED[n]]
     for size in range(1, 130):

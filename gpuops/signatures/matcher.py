@@ -64,6 +64,7 @@ _TB_HEADER = "Traceback (most recent call last):"
 _TB_TRIGGER = "(most recent call "  # also in faulthandler's stack headers: one search finds both
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\r\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.]*(?::|$)")
+_TORN_HEAD = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failed))\s+\S")
 _TIME_LIKE = re.compile(r"\d:\d\d")
 _CONTEXT_LINE = re.compile(r"(?i)\b(?:error|exception|critical|fatal|failed)\b|:\s*$")
 _THREAD_LINE = "Exception in thread "
@@ -782,6 +783,8 @@ class Matcher:
         lines = None
         if self._exceptions:
             body, lines = self._traceback(text, line_no)
+            if body is None and self._tracebacks and text.startswith(": "):
+                body, lines = self._torn(text, line_no)
         for rule in self._rules:
             if rule.kind == "exception":
                 if body is None or not rule.regex.match(body):
@@ -799,6 +802,28 @@ class Matcher:
             break
         self._done = line_no
         self._recent.append((line_no, offset, raw))
+
+    def _torn(self, text: str, line_no: int) -> tuple[str | None, _Lines | None]:
+        """An exception line torn in two by another thread's output (seen in a real FX race):
+
+            RuntimeError    raise RuntimeError(
+            : Detected that you are using FX to symbolically trace a dynamo-optimized function.
+
+        The message (": ...") starts a line of its own right after a line that starts with the
+        exception's name and goes on with another thread's text. The name is put back in front
+        of the message, and the newest traceback waiting for its exception line ends here."""
+        prev = self._recent[-1] if self._recent else None
+        if prev is None or prev[0] != line_no - 1:
+            return None, None
+        head = _TORN_HEAD.match(_clean(prev[2]))
+        waiting = [tb for tb in self._tracebacks if tb.mode != 1 and tb.last_kind == _CODE]
+        if head is None or not waiting:
+            return None, None
+        tb = max(waiting, key=lambda t: t.seq)
+        self._tracebacks.remove(tb)
+        tb.lines.add(_clean(prev[2]))
+        tb.lines.add(text)
+        return head.group(1) + text, tb.lines
 
     def _header_context(self) -> str | None:
         """The line that says whose traceback starts here: "Exception in thread X:" or a log record.
