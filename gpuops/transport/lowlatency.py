@@ -54,6 +54,7 @@ def transport_factory(sock: Any, **kwargs: Any) -> Any:
     A jump host's channel (not a socket) is passed through: the jump's own socket is tuned."""
     from gpuops.transport._paramiko import paramiko
 
-    if isinstance(sock, socket.socket) and sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6):
+    tcp = isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6)
+    if tcp and sock.type == socket.SOCK_STREAM:
         sock = LowLatencySocket(sock)
     return paramiko.Transport(sock, **kwargs)

@@ -175,7 +175,8 @@ class SshTransport:
             # The last attempt starts when the budget ends.
             return max(0.0, min(backoff(state), budget - state.seconds_since_start))
 
-        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait, retry=retry_if_exception(is_transient), reraise=True)
+        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait,
+                            retry=retry_if_exception(is_transient), reraise=True)
         return retrying(self._connect_once)
 
     def _connect_once(self) -> Any:
