@@ -272,3 +272,93 @@ def test_changed_jump_key_is_refused_with_both_fingerprints(
     assert "bastion: HOST KEY CHANGED" in launch.stderr
     assert known.read_text() == known_before
     assert_nothing_ran(fake_proxmox, sshd, bastion)
+
+
+# -- a large known_hosts file ------------------------------------------------------------------
+
+KEY_TYPES = ("ed25519", "ecdsa", "rsa")
+
+
+@pytest.fixture(scope="module")
+def public_keys(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str]]:
+    """Six real public keys, two of each type: (type name, base64)."""
+    folder = tmp_path_factory.mktemp("keys")
+    keys = []
+    for i, kind in enumerate(KEY_TYPES * 2):
+        path = folder / f"k{i}"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True, timeout=60)
+        name, blob = path.with_suffix(".pub").read_text().split()[:2]
+        keys.append((name, blob))
+    return keys
+
+
+def a_crowded_known_hosts(path: Path, keys: list[tuple[str, str]]) -> list[str]:
+    """Every shape paramiko reads: plain, [host]:port, several names a line, hashed (ssh-keygen -H),
+    conflicting duplicates (first wins), markers, comments, tabs, bad lines. Returns the names."""
+    (t0, k0), (t1, k1), (t2, k2), (t3, k3), (t4, k4), (t5, k5) = keys
+    lines = ["# a comment", "", f"plain.example {t0} {k0}", f"plain.example {t0} {k3}",  # conflict: first wins
+             f"[ported.example]:2222 {t1} {k1}", f"ported.example {t2} {k2}",
+             f"a.example,b.example,10.0.0.7 {t4} {k4}", f"tabbed.example\t{t5}\t{k5}",
+             f"@cert-authority *.example {t0} {k0}", f"@revoked plain.example {t3} {k3}",
+             f"hashed.example {t1} {k1}", f"[hashed.example]:2222 {t2} {k2}",
+             f"mixed.example {t3} {k3}", f"mixed.example {t0} {k0}", f"mixed.example {t3} {k4}"]
+    lines += [f"filler{i}.example,10.9.{i // 200}.{i % 200} {t} {k}" for i, (t, k) in enumerate(keys * 60)]
+    path.write_text("\n".join(lines) + "\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(path)], check=True, capture_output=True, timeout=60)
+    text = path.read_text()
+    assert "hashed.example" not in text and "|1|" in text  # ssh-keygen -H hashed every name
+    # Lines ssh-keygen refuses to hash around (it rejects the whole file), paramiko skips.
+    path.write_text(text + f"broken.example {t0} not-base64!!\nshort.example ssh-ed25519\n")
+    return ["plain.example", "[ported.example]:2222", "ported.example", "a.example", "b.example", "10.0.0.7",
+            "tabbed.example", "hashed.example", "[hashed.example]:2222", "mixed.example", "broken.example",
+            "short.example", "*.example", "filler7.example", "[filler7.example]:22", "10.9.0.7", "nowhere.example"]
+
+
+def test_loading_only_the_servers_lines_gives_paramikos_own_verdicts(
+    tmp_path: Path, public_keys: list[tuple[str, str]]
+) -> None:
+    from gpuops.transport._paramiko import paramiko
+    from gpuops.transport.hostkeys import load_known_hosts
+
+    known = tmp_path / "known_hosts"
+    names = a_crowded_known_hosts(known, public_keys)
+    # paramiko's load() dies on marker lines and bad base64 (InvalidHostKey, before this change an
+    # internal error of every gpuops command): it reads the file without them, ours reads it all.
+    readable = tmp_path / "readable"
+    readable.write_text("".join(line for line in known.read_text().splitlines(keepends=True)
+                                if not line.startswith(("@", "broken."))))
+    with pytest.raises(paramiko.hostkeys.InvalidHostKey):
+        paramiko.HostKeys().load(str(known))
+    whole = paramiko.HostKeys()
+    whole.load(str(readable))
+    for name in names:
+        host, port = (name[1:].split("]:")[0], int(name.split("]:")[1])) if name.startswith("[") else (name, 22)
+        client = paramiko.SSHClient()
+        load_known_hosts(client, str(known), host, port)
+        ours, theirs = client.get_host_keys().lookup(name), whole.lookup(name)
+        as_text = lambda found: {t: found[t].get_base64() for t in found} if found else None  # noqa: E731
+        assert as_text(ours) == as_text(theirs), name
+    assert whole.lookup("plain.example")[public_keys[0][0]].get_base64() == public_keys[0][1]  # the first line won
+
+
+def test_a_crowded_hashed_known_hosts_still_lets_in_the_right_key_and_refuses_a_changed_one(
+    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, public_keys: list[tuple[str, str]]
+) -> None:
+    known = tmp_path / "known_hosts"
+    a_crowded_known_hosts(known, public_keys)
+    hashed = tmp_path / "this_server"
+    hashed.write_text(sshd.known_hosts_line() + "\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(hashed)], check=True, capture_output=True, timeout=60)
+    known.write_text(known.read_text() + hashed.read_text())  # the server's line last, hashed
+    assert key_name(sshd) not in known.read_text()
+    inv = write_inventory(tmp_path / "inv.yaml", sshd, known_hosts=known)
+    ok = gpuops("status", "-i", str(inv))
+    assert ok.returncode == 0, ok
+    sshd.rotate_host_key()
+    for policy in ("strict", "accept-new"):
+        before = known.read_text()
+        inv = write_inventory(tmp_path / "inv.yaml", sshd, known_hosts=known, policy=policy)
+        refused = gpuops("status", "-i", str(inv))
+        assert refused.returncode == 3, refused
+        assert f"HOST KEY CHANGED for {key_name(sshd)}" in refused.stdout
+        assert known.read_text() == before

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import hmac
 import os
+import re
 import threading
 from typing import Any
 
@@ -49,11 +52,53 @@ def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
             fh.write(line)
 
 
-def load_known_hosts(client: paramiko.SSHClient, path: str) -> None:
-    """Load known_hosts into the client's checked keys (a missing file means none known)."""
+def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int) -> None:
+    """Load the known_hosts entries that can name this server into the client's checked keys
+    (a missing file means none known).
+
+    paramiko's HostKeys.load parses every line and checks each new entry against all before it:
+    40 ms for 360 lines, 0.5 s for 1,080 here, on every connection and every jump hop. paramiko
+    matches a server only by a host field equal to its name or hashed from it (no patterns), so
+    only those lines are parsed, in file order, the first key of a type winning as in load():
+    the same keys, the same verdicts (a changed key is still found and refused). Lines that
+    load() dies on (`@cert-authority`/`@revoked` markers, bad base64) are skipped, as OpenSSH
+    skips lines it cannot read; paramiko supports neither marker."""
     path = os.path.expanduser(path)
-    if os.path.exists(path):
-        client.get_host_keys().load(path)
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return
+    name = hostname if port == 22 else f"[{hostname}]:{port}"  # how paramiko looks the server up
+    keys = client.get_host_keys()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        if not any(_names(field, name) for field in re.split(" |\t", line, maxsplit=1)[0].split(",")):
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey):
+            continue  # an unknown key type or bad base64: OpenSSH skips the line too
+        if entry is None:
+            continue
+        for field in entry.hostnames:
+            known = keys.lookup(field)
+            if known is None or entry.key.get_name() not in known:
+                keys.add(field, entry.key.get_name(), entry.key)
+
+
+def _names(field: str, name: str) -> bool:
+    """Whether a known_hosts host field names the server, plainly or hashed (|1|salt|hash)."""
+    if field == name:
+        return True
+    if field.startswith("|1|"):
+        try:
+            return hmac.compare_digest(paramiko.HostKeys.hash_host(name, field), field)
+        except (ValueError, TypeError, binascii.Error):  # a malformed hash names nobody
+            return False
+    return False
 
 
 def changed_key_error(host: str, exc: Any, known_hosts: str, port: int = 22) -> ChangedHostKey:

@@ -338,7 +338,7 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
         except paramiko.ChannelException as exc:
             raise ConnectError(host.name, f"jump host {jump.name} could not reach {hostname}:{port} ({exc.text})") from None
     client = paramiko.SSHClient()
-    load_known_hosts(client, host.known_hosts)
+    load_known_hosts(client, host.known_hosts, hostname, port)
     client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, host.known_hosts))
     clients.append(client)
     try:
