@@ -118,6 +118,20 @@ class ChangedHostKey(HostKeyError):
         )
 
 
+class RevokedHostKey(HostKeyError):
+    """The host presented a key that known_hosts marks @revoked: always refused."""
+
+    def __init__(self, host: str, key_name: str, key_type: str, fingerprint: str, known_hosts: str) -> None:
+        self.key_name = key_name
+        self.fingerprint = fingerprint
+        super().__init__(
+            host,
+            f"HOST KEY REVOKED for {key_name}: the host presented {key_type} {fingerprint}, which {known_hosts} "
+            f"marks @revoked; refusing to connect",
+            hint="the key must never be accepted again: ask the host's owner for its new key",
+        )
+
+
 def _quote_host(key_name: str) -> str:
     return f"'{key_name}'" if key_name.startswith("[") else key_name
 

@@ -362,3 +362,60 @@ def test_a_crowded_hashed_known_hosts_still_lets_in_the_right_key_and_refuses_a_
         assert refused.returncode == 3, refused
         assert f"HOST KEY CHANGED for {key_name(sshd)}" in refused.stdout
         assert known.read_text() == before
+
+
+# -- @revoked ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern, revoked", [
+    ("*", True), ("*.example", True), ("pve?.example", True), ("PVE1.Example", True),
+    ("other.example", False), ("*.example,!pve1.example", False), ("!pve1.example,*", False),
+    ("pve1", False), ("*.examplex", False),
+])
+def test_revoked_lines_follow_openssh_host_patterns(
+    tmp_path: Path, public_keys: list[tuple[str, str]], pattern: str, revoked: bool
+) -> None:
+    from gpuops.transport._paramiko import paramiko
+    from gpuops.transport.hostkeys import load_known_hosts
+
+    (t0, k0), (t1, k1) = public_keys[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"pve1.example {t0} {k0}\npve1.example {t1} {k1}\n@revoked {pattern} {t0} {k0}\n")
+    client = paramiko.SSHClient()
+    found = load_known_hosts(client, str(known), "pve1.example", 22)
+    assert (k0 in found) is revoked
+    kept = client.get_host_keys().lookup("pve1.example")
+    assert (t0 in kept) is not revoked and kept[t1].get_base64() == k1  # only the revoked key is dropped
+
+
+@pytest.mark.parametrize("policy", ["strict", "accept-new"])
+@pytest.mark.parametrize("also_trusted", [True, False])
+def test_a_revoked_key_is_refused_whatever_else_known_hosts_says(
+    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, policy: str, also_trusted: bool
+) -> None:
+    line = sshd.known_hosts_line()
+    key = " ".join(line.split()[1:])
+    known = tmp_path / "known_hosts"
+    known.write_text((line + "\n" if also_trusted else "") + f"@revoked * {key}\n")
+    before = known.read_text()
+    inv = write_inventory(tmp_path / "inv.yaml", sshd, known_hosts=known, policy=policy)
+    refused = gpuops("status", "-i", str(inv))
+    assert refused.returncode == 3, refused
+    assert f"ct200: unreachable: pve1: HOST KEY REVOKED for {key_name(sshd)}" in refused.stdout
+    assert sshd.host_key_fingerprint in refused.stdout
+    assert known.read_text() == before  # accept-new does not record it either
+    assert_nothing_ran(fake_proxmox, sshd)
+
+
+def test_a_revoked_key_among_changed_ones_says_revoked(tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> None:
+    # known_hosts trusts the server's old key; the server now presents a key that is revoked.
+    old = sshd.known_hosts_line()
+    sshd.rotate_host_key()
+    new_key = " ".join(sshd.known_hosts_line().split()[1:])
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{old}\n@revoked {key_name(sshd)} {new_key}\n")
+    inv = write_inventory(tmp_path / "inv.yaml", sshd, known_hosts=known)
+    refused = gpuops("status", "-i", str(inv))
+    assert refused.returncode == 3, refused
+    assert "HOST KEY REVOKED" in refused.stdout and "HOST KEY CHANGED" not in refused.stdout
+    assert_nothing_ran(fake_proxmox, sshd)

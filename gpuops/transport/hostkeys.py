@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuops.transport._paramiko import paramiko
 
-from gpuops.errors import ChangedHostKey, UnknownHostKey
+from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
 
 _append_lock = threading.Lock()
 
@@ -27,12 +27,15 @@ def fingerprint(key: paramiko.PKey) -> str:
 class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Unknown key: refuse (strict) or record it (accept-new). A changed key never reaches here."""
 
-    def __init__(self, host: str, policy: str, known_hosts: str) -> None:
+    def __init__(self, host: str, policy: str, known_hosts: str, revoked: frozenset[str] = frozenset()) -> None:
         self.host = host
         self.policy = policy
         self.known_hosts = known_hosts
+        self.revoked = revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.get_base64() in self.revoked:
+            raise RevokedHostKey(self.host, hostname, key.get_name(), fingerprint(key), self.known_hosts)
         if self.policy != "accept-new":
             raise UnknownHostKey(self.host, hostname, key.get_name(), fingerprint(key), self.known_hosts)
         record_host_key(self.known_hosts, hostname, key)
@@ -52,30 +55,42 @@ def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
             fh.write(line)
 
 
-def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int) -> None:
+def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int) -> frozenset[str]:
     """Load the known_hosts entries that can name this server into the client's checked keys
-    (a missing file means none known).
+    (a missing file means none known); return the keys (base64) that `@revoked` lines revoke
+    for it, which are left out of the checked keys (HostKeyPolicy then refuses them).
 
     paramiko's HostKeys.load parses every line and checks each new entry against all before it:
     40 ms for 360 lines, 0.5 s for 1,080 here, on every connection and every jump hop. paramiko
     matches a server only by a host field equal to its name or hashed from it (no patterns), so
     only those lines are parsed, in file order, the first key of a type winning as in load():
-    the same keys, the same verdicts (a changed key is still found and refused). Lines that
-    load() dies on (`@cert-authority`/`@revoked` markers, bad base64) are skipped, as OpenSSH
-    skips lines it cannot read; paramiko supports neither marker."""
+    the same keys, the same verdicts (a changed key is still found and refused). load() dies on
+    marker lines and bad base64; here `@revoked` lines are honoured as OpenSSH does (their host
+    field is a pattern list: `*`, `?`, `!`), `@cert-authority` lines (host certificates, which
+    paramiko does not support) and unreadable lines are skipped, as OpenSSH skips the latter."""
     path = os.path.expanduser(path)
     try:
         with open(path) as fh:
             text = fh.read()
     except FileNotFoundError:
-        return
+        return frozenset()
     name = hostname if port == 22 else f"[{hostname}]:{port}"  # how paramiko looks the server up
-    keys = client.get_host_keys()
+    entries: list[Any] = []
+    revoked: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] == "#":
             continue
-        if not any(_names(field, name) for field in re.split(" |\t", line, maxsplit=1)[0].split(",")):
+        marker = None
+        if line[0] == "@":
+            marker, _, line = line.partition(" ")
+            line = line.lstrip(" \t")
+            if marker != "@revoked":
+                continue
+        field = re.split(" |\t", line, maxsplit=1)[0]
+        if marker is None and not any(_names(h, name) for h in field.split(",")):
+            continue
+        if marker is not None and not _patterns_match(field, name):
             continue
         try:
             entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
@@ -83,10 +98,19 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
             continue  # an unknown key type or bad base64: OpenSSH skips the line too
         if entry is None:
             continue
-        for field in entry.hostnames:
-            known = keys.lookup(field)
+        if marker is None:
+            entries.append(entry)
+        else:
+            revoked.add(entry.key.get_base64())
+    keys = client.get_host_keys()
+    for entry in entries:
+        if entry.key.get_base64() in revoked:
+            continue
+        for h in entry.hostnames:
+            known = keys.lookup(h)
             if known is None or entry.key.get_name() not in known:
-                keys.add(field, entry.key.get_name(), entry.key)
+                keys.add(h, entry.key.get_name(), entry.key)
+    return frozenset(revoked)
 
 
 def _names(field: str, name: str) -> bool:
@@ -99,6 +123,29 @@ def _names(field: str, name: str) -> bool:
         except (ValueError, TypeError, binascii.Error):  # a malformed hash names nobody
             return False
     return False
+
+
+def _patterns_match(field: str, name: str) -> bool:
+    """OpenSSH's host pattern list: any pattern matches and no negated one does (case-insensitive)."""
+    matched = False
+    for pattern in field.split(","):
+        negated = pattern.startswith("!")
+        pattern = pattern[1:] if negated else pattern
+        if _names(pattern, name) or re.fullmatch(
+            "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), name, re.IGNORECASE | re.DOTALL
+        ):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def bad_key_error(host: str, exc: Any, known_hosts: str, port: int, revoked: frozenset[str]) -> HostKeyError:
+    """paramiko's BadHostKeyException (a key other than the recorded one) as our error."""
+    if exc.key.get_base64() in revoked:
+        name = exc.hostname if port == 22 else f"[{exc.hostname}]:{port}"
+        return RevokedHostKey(host, name, exc.key.get_name(), fingerprint(exc.key), known_hosts)
+    return changed_key_error(host, exc, known_hosts, port)
 
 
 def changed_key_error(host: str, exc: Any, known_hosts: str, port: int = 22) -> ChangedHostKey:

@@ -18,7 +18,7 @@ from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
-from gpuops.transport.hostkeys import HostKeyPolicy, changed_key_error, load_known_hosts
+from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.lowlatency import transport_factory
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
@@ -338,8 +338,8 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
         except paramiko.ChannelException as exc:
             raise ConnectError(host.name, f"jump host {jump.name} could not reach {hostname}:{port} ({exc.text})") from None
     client = paramiko.SSHClient()
-    load_known_hosts(client, host.known_hosts, hostname, port)
-    client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, host.known_hosts))
+    revoked = load_known_hosts(client, host.known_hosts, hostname, port)
+    client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, host.known_hosts, revoked))
     clients.append(client)
     try:
         client.connect(
@@ -349,4 +349,4 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
             transport_factory=transport_factory,  # no 40 ms Nagle/delayed-ACK stalls (lowlatency.py)
         )
     except paramiko.BadHostKeyException as exc:
-        raise changed_key_error(host.name, exc, host.known_hosts, port) from None
+        raise bad_key_error(host.name, exc, host.known_hosts, port, revoked) from None
