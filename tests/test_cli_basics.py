@@ -137,6 +137,24 @@ def test_the_shipped_files_validate(inventory: Path, playbook: Path, target: str
     assert len(summary["checked"]) == 3
 
 
+def test_validate_checks_the_file_and_notes_from_env_variables_unset_here(tmp_path: Path) -> None:
+    # A CI lint has the playbook but not the secrets: the file is valid, launch is what needs them.
+    pb = tmp_path / "pb.yaml"
+    pb.write_text("name: x\ntarget: local\nlaunch: {session: x, command: 'true'}\n"
+                  "env:\n  HUB_TOKEN: {from_env: GPUOPS_TEST_HUB}\n  USER_NAME: {from_env: GPUOPS_TEST_ME}\n")
+    lint = gpuops("validate", "-i", str(LOCAL_INV), "-p", str(pb), env={"GPUOPS_TEST_ME": "ann"})
+    assert lint.returncode == 0, lint.stderr
+    notes = [line for line in lint.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: GPUOPS_TEST_HUB is not set here; the playbook's env reads it (from_env), so launch will need it"]
+    as_json = gpuops("validate", "--json", "-p", str(pb), env={"GPUOPS_TEST_ME": "ann"})
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["unset_env"] == ["GPUOPS_TEST_HUB"]
+    both = gpuops("validate", "--json", "-p", str(pb), env={"GPUOPS_TEST_ME": "ann", "GPUOPS_TEST_HUB": "t"})
+    assert json.loads(both.stdout)["unset_env"] == []
+    launch = gpuops("launch", "--dry-run", "-i", str(LOCAL_INV), "-p", str(pb), env={"GPUOPS_TEST_ME": "ann"})
+    assert launch.returncode == 2
+    assert "environment variable 'GPUOPS_TEST_HUB' is not set (env 'HUB_TOKEN' reads it with from_env)" in launch.stderr
+
+
 def test_validate_with_nothing_to_check_is_a_usage_error() -> None:
     result = gpuops("validate")
     assert result.returncode == 2

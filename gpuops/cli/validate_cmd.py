@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from gpuops.errors import ExitCode, UsageError
@@ -17,9 +18,13 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inventory:
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
+    unset: list[str] = []
     if playbook:
-        pb = load_playbook(playbook)
+        # The file is what is checked: a from_env variable missing here (a CI lint without the
+        # secrets) is a note, not an error; launch refuses to start without it.
+        pb = load_playbook(playbook, need_env=False)
         checked.append(f"{playbook}: playbook '{pb.name}', session '{pb.launch.session}'")
+        unset = [v.from_env for v in pb.env if v.from_env and v.from_env not in os.environ]
     if inv is not None and pb is not None and (target or pb.target):
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")
@@ -27,8 +32,11 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         from gpuops.cli.render import JsonRenderer
         from gpuops.flow.events import Outcome
 
-        JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", {"checked": checked}), target or (pb.target if pb else None) or "")
+        data = {"checked": checked, "unset_env": unset}
+        JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", data), target or (pb.target if pb else None) or "")
     else:
         for line in checked:
             sys.stderr.write(f"ok: {line}\n")
+        for var in unset:
+            sys.stderr.write(f"note: {var} is not set here; the playbook's env reads it (from_env), so launch will need it\n")
     return ExitCode.OK

@@ -56,6 +56,7 @@ class EnvVar:
     name: str
     value: str
     secret: bool = False
+    from_env: str | None = field(default=None, compare=False)  # the local variable it is read from
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM",
 def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: bool = True) -> Playbook:
     """Read and validate a playbook; from_env values are read from environ now.
 
-    need_env=False is for commands that only look at a run (logs, stop, status): they run from
-    another machine than the launcher, which may not have the launcher's from_env variables.
+    need_env=False is for commands that only look at a run (logs, stop, status), which may run on
+    another machine than the launcher's, without its from_env variables, and for validate (a CI
+    lint without the secrets): an unset variable gives "" and EnvVar.from_env names it.
     """
     root = load(path)
     if root is None:
@@ -85,12 +86,12 @@ def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple
     env_node = top.get("env")
     for key, node in s.entries(env_node, "env") if env_node else ():
         var = _identifier(key, "an environment variable name")
-        value, secret = _env_value(var, node, environ, need_env)
+        value, secret, source = _env_value(var, node, environ, need_env)
         if secret is False and var in listed:
             raise ConfigError(key.mark, f"env '{var}' says secret: false but is listed in secrets")
         if secret is None:
             secret = var in listed or SECRET_NAME.search(var) is not None
-        variables.append(EnvVar(var, value, secret))
+        variables.append(EnvVar(var, value, secret, source))
     names = {v.name for v in variables}
     for var, mark in listed.items():
         if var not in names:
@@ -98,13 +99,14 @@ def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple
     return tuple(variables)
 
 
-def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = True) -> tuple[str, bool | None]:
-    """The value and the explicit secret flag (None: decided by name and the secrets list)."""
+def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = True) -> tuple[str, bool | None, str | None]:
+    """The value, the explicit secret flag (None: decided by name and the secrets list) and the
+    local variable it comes from (from_env), if any."""
     what = f"a string or number for env '{var}'"
     if isinstance(node, Scalar):
         if node.kind == "null":
             raise ConfigError(node.mark, f"env '{var}' has no value; write \"\" for an empty string")
-        return s.text(node, what), None
+        return s.text(node, what), None, None
     sec = s.Section(node, f"env '{var}'", ENV_VALUE_KEYS)
     secret_node = sec.get("secret")
     secret = s.boolean(secret_node) if secret_node else None
@@ -114,17 +116,17 @@ def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = Tr
     if from_node is not None:
         source = _identifier(from_node, "an environment variable name")
         if source not in environ and not need_env:
-            return "", True if secret is None else secret
+            return "", True if secret is None else secret, source
         if source not in environ:
             raise ConfigError(
                 from_node.mark, f"environment variable '{source}' is not set (env '{var}' reads it with from_env)"
             )
-        return environ[source], secret
+        return environ[source], secret, source
     if value_node is None:
         if sec.given("value"):
             raise ConfigError(sec.key_mark("value"), f"env '{var}' has no value; write \"\" for an empty string")
         raise ConfigError(sec.mark, f"missing key 'value' or 'from_env' in env '{var}'")
-    return s.text(value_node, what), secret
+    return s.text(value_node, what), secret, None
 
 
 def _preflight(node: Node | None) -> Preflight:
