@@ -292,6 +292,10 @@ def public_keys(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str
     return keys
 
 
+UNREADABLE = ("broken.example {t} not-base64!!", "short.example ssh-ed25519", "|1|AAAA|BBBB {t} {k}",
+              "|1|not-base64|x {t} {k}", "|1| {t} {k}")
+
+
 def a_crowded_known_hosts(path: Path, keys: list[tuple[str, str]]) -> list[str]:
     """Every shape paramiko reads: plain, [host]:port, several names a line, hashed (ssh-keygen -H),
     conflicting duplicates (first wins), markers, comments, tabs, bad lines. Returns the names."""
@@ -307,8 +311,9 @@ def a_crowded_known_hosts(path: Path, keys: list[tuple[str, str]]) -> list[str]:
     subprocess.run(["ssh-keygen", "-H", "-f", str(path)], check=True, capture_output=True, timeout=60)
     text = path.read_text()
     assert "hashed.example" not in text and "|1|" in text  # ssh-keygen -H hashed every name
-    # Lines ssh-keygen refuses to hash around (it rejects the whole file), paramiko skips.
-    path.write_text(text + f"broken.example {t0} not-base64!!\nshort.example ssh-ed25519\n")
+    # Lines ssh-keygen refuses (it rejects the whole file) and paramiko dies on: bad base64, and
+    # malformed hashes (its lookup asserts the salt's length).
+    path.write_text(text + "".join(f"{line}\n" for line in UNREADABLE).format(t=t0, k=k0))
     return ["plain.example", "[ported.example]:2222", "ported.example", "a.example", "b.example", "10.0.0.7",
             "tabbed.example", "hashed.example", "[hashed.example]:2222", "mixed.example", "broken.example",
             "short.example", "*.example", "filler7.example", "[filler7.example]:22", "10.9.0.7", "nowhere.example"]
@@ -325,10 +330,13 @@ def test_loading_only_the_servers_lines_gives_paramikos_own_verdicts(
     # paramiko's load() dies on marker lines and bad base64 (InvalidHostKey, before this change an
     # internal error of every gpuops command): it reads the file without them, ours reads it all.
     readable = tmp_path / "readable"
+    unreadable = tuple(line.split(" ")[0] + " " for line in UNREADABLE)
     readable.write_text("".join(line for line in known.read_text().splitlines(keepends=True)
-                                if not line.startswith(("@", "broken."))))
+                                if not line.startswith(("@", *unreadable))))
     with pytest.raises(paramiko.hostkeys.InvalidHostKey):
         paramiko.HostKeys().load(str(known))
+    with pytest.raises(AssertionError):  # and its lookup, on a malformed hash
+        paramiko.HostKeys.hash_host("x", "|1|AAAA|BBBB")
     whole = paramiko.HostKeys()
     whole.load(str(readable))
     for name in names:

@@ -120,7 +120,7 @@ def _names(field: str, name: str) -> bool:
     if field.startswith("|1|"):
         try:
             return hmac.compare_digest(paramiko.HostKeys.hash_host(name, field), field)
-        except (ValueError, TypeError, binascii.Error):  # a malformed hash names nobody
+        except (ValueError, TypeError, AssertionError, binascii.Error):  # a malformed hash names nobody (paramiko asserts the salt's length)
             return False
     return False
 
@@ -131,9 +131,8 @@ def _patterns_match(field: str, name: str) -> bool:
     for pattern in field.split(","):
         negated = pattern.startswith("!")
         pattern = pattern[1:] if negated else pattern
-        if _names(pattern, name) or re.fullmatch(
-            "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), name, re.IGNORECASE | re.DOTALL
-        ):
+        wildcard = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+        if _names(pattern, name) or re.fullmatch(wildcard, name, re.IGNORECASE | re.DOTALL):
             if negated:
                 return False
             matched = True
