@@ -401,6 +401,28 @@ def test_ssh_config_alias_gives_hostname_user_port_and_key(
     assert "ct200: unreachable: pve1: cannot connect to pve-alias" in result.stdout
 
 
+def test_ssh_config_user_known_hosts_file_is_the_default_known_hosts(
+    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    elsewhere = tmp_path / "team_known_hosts"
+    elsewhere.write_text(sshd.known_hosts_line() + "\n")
+    (home / ".ssh" / "config").write_text(f"Host *\n  UserKnownHostsFile {elsewhere} ~/.ssh/known_hosts2\n")
+    inv = tmp_path / "inv.yaml"
+    entry = host_entry(sshd)
+    del entry["known_hosts"]
+    inv.write_text(yaml.safe_dump({"hosts": {"pve1": entry}, "targets": {"ct200": {"host": "pve1", "ctid": 200}}}))
+    quick = {"SSH_AUTH_SOCK": "", "GPUOPS_CONNECT_RETRY_TIME": "0"}
+    result = gpuops("status", "-i", str(inv), env={"HOME": str(home), **quick})
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Without the config line the default ~/.ssh/known_hosts (empty here) applies: unknown key.
+    (home / ".ssh" / "config").unlink()
+    refused = gpuops("status", "-i", str(inv), env={"HOME": str(home), **quick})
+    assert refused.returncode == 3
+    assert "known_hosts: ~/.ssh/known_hosts" in refused.stdout, refused.stdout
+
+
 def test_ssh_config_proxyjump_is_honoured(
     tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, bastion: SshServer
 ) -> None:

@@ -21,7 +21,7 @@ class Host:
     user: str | None = None  # None: ~/.ssh/config, else the local user
     port: int | None = None  # None: ~/.ssh/config, else 22
     identity_file: str | None = None  # None: ssh-agent and ~/.ssh/config
-    known_hosts: str = "~/.ssh/known_hosts"
+    known_hosts: str | None = None  # None: UserKnownHostsFile from ~/.ssh/config, else ~/.ssh/known_hosts
     host_key_policy: Literal["strict", "accept-new"] = "strict"
     jump: str | None = None  # another host of the same inventory (ProxyJump)
     connect_timeout: float = 10.0  # seconds for TCP connect, banner and auth, each

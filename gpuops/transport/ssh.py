@@ -311,6 +311,13 @@ def _ssh_config() -> Any:
     return paramiko.SSHConfig.from_path(path) if os.path.isfile(path) else paramiko.SSHConfig()
 
 
+def _user_known_hosts(cfg: Any) -> str:
+    """The host's known_hosts file as OpenSSH picks it: ~/.ssh/config's UserKnownHostsFile (its
+    first file), else ~/.ssh/known_hosts."""
+    files = str(cfg.get("userknownhostsfile", "")).split()
+    return files[0] if files else "~/.ssh/known_hosts"
+
+
 def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], seen: tuple[str, ...]) -> None:
     """Connect to `host`, through its jump host (inventory `jump`, else ~/.ssh/config ProxyJump)."""
     alias = host.address or host.name
@@ -338,8 +345,9 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
         except paramiko.ChannelException as exc:
             raise ConnectError(host.name, f"jump host {jump.name} could not reach {hostname}:{port} ({exc.text})") from None
     client = paramiko.SSHClient()
-    revoked = load_known_hosts(client, host.known_hosts, hostname, port)
-    client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, host.known_hosts, revoked))
+    known_hosts = host.known_hosts or _user_known_hosts(cfg)
+    revoked = load_known_hosts(client, known_hosts, hostname, port)
+    client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, known_hosts, revoked))
     clients.append(client)
     try:
         client.connect(
@@ -349,4 +357,4 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
             transport_factory=transport_factory,  # no 40 ms Nagle/delayed-ACK stalls (lowlatency.py)
         )
     except paramiko.BadHostKeyException as exc:
-        raise bad_key_error(host.name, exc, host.known_hosts, port, revoked) from None
+        raise bad_key_error(host.name, exc, known_hosts, port, revoked) from None
