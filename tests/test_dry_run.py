@@ -85,7 +85,8 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
     drains = {gpu: f"after warmup GPU {gpu}: poll its memory until it drains" for gpu in (5, 6, 7)}
     for i, gpu in enumerate((5, 6, 7)):
         assert names[2 + 2 * i : 4 + 2 * i] == [f"warmup GPU {gpu}", drains[gpu]]
-    assert names[8:] == ["start in tmux", "follow the log", "on a match or stall: abort", "after the run: reap leftover processes"]
+    assert names[8:] == ["start in tmux", "follow the log", "on a match or stall: abort", "after the run: reap leftover processes",
+                         "if a warmup fails: reap its processes as above, then record it"]
     for name, command in found.items():
         assert command.startswith("pct exec 200 -- bash -c '"), (name, command)
     for gpu in (5, 6, 7):
@@ -98,6 +99,8 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
     assert "bash /root/start_training.sh" in found["start in tmux"]
     assert "tmux new-session -d -s dflash-train" in found["start in tmux"]
     assert "tmux send-keys -t =dflash-train: C-c" in found["on a match or stall: abort"]
+    failed = found["if a warmup fails: reap its processes as above, then record it"]
+    assert '"phase":"warmup-failed"' in failed and '.gpuops/runs/<run-id>"' in failed and "meta.json" in failed
     assert result.stderr == ""
 
 

@@ -116,6 +116,10 @@ def plan(job: Job) -> list[tuple[str, str]]:
     ab = job.playbook.abort
     steps.append(("on a match or stall: abort", t.render(bash(abort_script(job.session, rid, ab.signal, ab.grace, "<abort record>", job.run_gpus, job.playbook.preflight.max_memory_used_mib)))))
     steps.append(("after the run: reap leftover processes", t.render(bash(kill_marked_script(f"GPUOPS_RUN_ID={rid}")))))
+    if job.playbook.warmup:
+        failed = _meta(job, rid, "warmup-failed", error="<error>", warmup_seconds={})
+        steps.append(("if a warmup fails: reap its processes as above, then record it",
+                      t.render(bash(write_record(rid, "meta.json", failed)))))
     # Secret env values render as ***; a secret also written literally into a command is masked too.
     return [(name, job.mask(text.replace(rid, run_id))) for name, text in steps]
 
