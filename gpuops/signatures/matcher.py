@@ -815,13 +815,14 @@ class Matcher:
         prev = self._recent[-1] if self._recent else None
         if prev is None or prev[0] != line_no - 1:
             return None, None
-        head = _TORN_HEAD.match(_clean(prev[2]))
+        prev_text = _clean(prev[2])
+        head = _TORN_HEAD.match(prev_text)
         waiting = [tb for tb in self._tracebacks if tb.mode != 1 and tb.last_kind == _CODE]
         if head is None or not waiting:
             return None, None
         tb = max(waiting, key=lambda t: t.seq)
         self._tracebacks.remove(tb)
-        tb.lines.add(_clean(prev[2]))
+        tb.lines.add(prev_text)
         tb.lines.add(text)
         return head.group(1) + text, tb.lines
 

@@ -55,6 +55,11 @@ def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
             fh.write(line)
 
 
+def known_hosts_name(hostname: str, port: int) -> str:
+    """How known_hosts (and paramiko's lookup, and `ssh-keygen -R`) name a server: `[host]:port` off port 22."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
 def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int) -> frozenset[str]:
     """Load the known_hosts entries that can name this server into the client's checked keys
     (a missing file means none known); return the keys (base64) that `@revoked` lines revoke
@@ -74,7 +79,7 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
             text = fh.read()
     except FileNotFoundError:
         return frozenset()
-    name = hostname if port == 22 else f"[{hostname}]:{port}"  # how paramiko looks the server up
+    name = known_hosts_name(hostname, port)
     entries: list[Any] = []
     revoked: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -142,8 +147,7 @@ def _patterns_match(field: str, name: str) -> bool:
 def bad_key_error(host: str, exc: Any, known_hosts: str, port: int, revoked: frozenset[str]) -> HostKeyError:
     """paramiko's BadHostKeyException (a key other than the recorded one) as our error."""
     if exc.key.get_base64() in revoked:
-        name = exc.hostname if port == 22 else f"[{exc.hostname}]:{port}"
-        return RevokedHostKey(host, name, exc.key.get_name(), fingerprint(exc.key), known_hosts)
+        return RevokedHostKey(host, known_hosts_name(exc.hostname, port), exc.key.get_name(), fingerprint(exc.key), known_hosts)
     return changed_key_error(host, exc, known_hosts, port)
 
 
@@ -154,7 +158,7 @@ def changed_key_error(host: str, exc: Any, known_hosts: str, port: int = 22) -> 
     """
     return ChangedHostKey(
         host,
-        exc.hostname if port == 22 else f"[{exc.hostname}]:{port}",
+        known_hosts_name(exc.hostname, port),
         exc.key.get_name(),
         f"{exc.expected_key.get_name()} {fingerprint(exc.expected_key)}",
         fingerprint(exc.key),
