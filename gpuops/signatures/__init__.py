@@ -1,5 +1,7 @@
-"""The fatal-signature library and its matcher (``matcher``: stdlib only, pure; ``accel``: hyperscan, optional)."""
+"""The signature library as the client imports it: the target's matcher (``gpuops.target.signatures``)
+and the optional hyperscan accelerator (``accel``), which only ever runs here."""
 
-from gpuops.signatures.matcher import ABORT, WARN, Hit, Matcher, Rule, builtin_rules, regex_rule
+from gpuops.target.signatures import matcher
+from gpuops.target.signatures.matcher import ABORT, WARN, Hit, Matcher, Rule, builtin_rules, regex_rule
 
-__all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule"]
+__all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule", "matcher"]

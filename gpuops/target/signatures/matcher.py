@@ -42,7 +42,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
 __all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule"]
 
@@ -476,8 +476,9 @@ class _Pending:
 #: search would find with one bytes.find each; again if that choice changes), it returns a
 #: finder: ``finder(data, start, end)`` returns ``(position, set index)`` for every occurrence
 #: in ``data[start:end]`` of a literal of a set (any position inside it).
-Finder = Callable[[bytes, int, int], Iterable[tuple[int, int]]]
-Prefilter = Callable[[tuple[tuple[bytes, ...], ...]], Finder]
+# typing.Tuple, not tuple[...]: these are evaluated at import, and targets may run Python 3.8.
+Finder = Callable[[bytes, int, int], Iterable[Tuple[int, int]]]
+Prefilter = Callable[[Tuple[Tuple[bytes, ...], ...]], Finder]
 
 
 class Matcher:
@@ -969,7 +970,7 @@ def _merge(table: dict, key: bytes, own: list[Rule] | None) -> None:
 # --- the fast path's chunk survey and literal search (standard library) ---
 
 #: (searcher: a literal or a regex of literals sharing a prefix, its literals, owner rules or None)
-_Group = tuple["bytes | re.Pattern[bytes]", tuple[bytes, ...], "tuple[Rule, ...] | None"]
+_Group = Tuple[Union[bytes, "re.Pattern[bytes]"], Tuple[bytes, ...], Optional[Tuple["Rule", ...]]]
 
 #: Kept beside line ends by the survey's pass: progress bars hold them, so "\r\n" among the
 #: kept bytes is nearly always a real CRLF, not a bar's CR and a later LF (then it is counted).
