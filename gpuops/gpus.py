@@ -1,83 +1,17 @@
-"""nvidia-smi queries and parsing, and the one question that matters: is this GPU idle."""
+"""nvidia-smi queries and the one question that matters: is this GPU idle (parsing: gpuops.target.smi)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuops.command import Cmd
+from gpuops.target.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
 
-GPU_FIELDS = "index,uuid,memory.used,memory.total,utilization.gpu"
-APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
+__all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "Finding", "Gpu", "Process", "SmiError",
+           "check_idle", "parse_gpus"]
 
 QUERY_GPUS = Cmd("nvidia-smi", f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
 QUERY_APPS = Cmd("nvidia-smi", f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits")
-
-
-@dataclass(frozen=True)
-class Process:
-    pid: int | None
-    used_mib: int | None
-    name: str
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    uuid: str
-    memory_used_mib: int
-    memory_total_mib: int
-    utilization_pct: int | None
-    processes: tuple[Process, ...] = field(default=())
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "memory_used_mib": self.memory_used_mib,
-            "memory_total_mib": self.memory_total_mib,
-            "utilization_pct": self.utilization_pct,
-            "processes": [{"pid": p.pid, "used_mib": p.used_mib, "name": p.name} for p in self.processes],
-        }
-
-
-class SmiError(ValueError):
-    """nvidia-smi printed something that is not the table we asked for."""
-
-
-def _int(text: str) -> int | None:
-    text = text.strip()
-    for unit in (" MiB", " %"):
-        if text.endswith(unit):
-            text = text[: -len(unit)]
-    if text in ("[N/A]", "N/A", "[Not Supported]", ""):
-        return None
-    return int(text)
-
-
-def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
-    """Parse `--query-gpu` and `--query-compute-apps` CSV (noheader; units optional)."""
-    apps: dict[str, list[Process]] = {}
-    for line in apps_csv.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",", 3)]
-        if len(parts) != 4:
-            raise SmiError(f"unexpected nvidia-smi compute-apps line: {line!r}")
-        pid, uuid, used, name = parts
-        apps.setdefault(uuid, []).append(Process(_int(pid), _int(used), name))
-    gpus: list[Gpu] = []
-    for line in gpu_csv.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5:
-            raise SmiError(f"unexpected nvidia-smi line: {line!r}")
-        try:
-            index, used, total = int(parts[0]), _int(parts[2]), _int(parts[3])
-            util = _int(parts[4])
-        except ValueError:
-            raise SmiError(f"unexpected nvidia-smi line: {line!r}") from None
-        gpus.append(Gpu(index, parts[1], used or 0, total or 0, util, tuple(apps.get(parts[1], ()))))
-    return gpus
 
 
 @dataclass(frozen=True)
