@@ -1,0 +1,105 @@
+"""Run-directory records: their names, tolerant reads, atomic writes, and the one outcome mapping.
+
+Both sides decide a run's outcome from the same three facts (the exit_code file, abort.json,
+whether the tmux session lives) through ``outcome``, so the watchdog, ``status``, ``runs`` and
+the profile can never disagree on what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional, Tuple
+
+__all__ = [
+    "ABORT", "EXIT_CODE", "LOG", "META", "PROFILE", "SAMPLES", "SAMPLES_COARSE",
+    "command_exit_code", "outcome", "read_json", "read_text", "write_json_atomic",
+]
+
+LOG = "log"
+EXIT_CODE = "exit_code"  # the command's exit status once it ended
+META = "meta.json"
+ABORT = "abort.json"
+SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
+SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
+PROFILE = "profile.json"  # the run's steady figures, written when it ends
+
+# gpuops exit codes (gpuops.errors.ExitCode, which the target cannot import)
+_OK, _FAILED, _ABORTED, _STALLED, _TIMEOUT = 0, 6, 7, 8, 124
+
+#: abort.json reason -> (outcome, exit code); any other reason is a matched rule.
+_ABORT_OUTCOMES = {
+    "stall": ("stalled", _STALLED),
+    "timeout": ("timeout", _TIMEOUT),
+    "stop": ("stopped", _FAILED),
+}
+
+Outcome = Tuple[str, Optional[int]]
+
+
+def command_exit_code(text: str | None) -> int | None:
+    """The training command's status from the exit_code file's text; None if absent or garbled."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> Outcome:
+    """The run's outcome name and gpuops exit code; (running, None) while it goes on.
+
+    An abort record decides (it is written before the session is killed, so the command's own
+    exit status after Ctrl-C says nothing); then the command's exit status; a run with neither
+    whose session is gone was lost (killed by hand, container stopped). An exit_code file that
+    exists but does not hold a number still means the command ended: failed.
+    """
+    if abort is not None:
+        return _ABORT_OUTCOMES.get(str(abort.get("reason")), ("aborted", _ABORTED))
+    if exit_code_text is not None:
+        return ("succeeded", _OK) if command_exit_code(exit_code_text) == 0 else ("failed", _FAILED)
+    if session_alive:
+        return ("running", None)
+    return ("lost", _FAILED)
+
+
+def read_text(path: str, limit: int = 1 << 16) -> str | None:
+    """A small record's text, or None when it is missing, unreadable or larger than limit."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return None
+    if len(data) > limit:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def read_json(path: str, limit: int = 1 << 20) -> dict | None:
+    """A JSON object record, or None when missing, garbled, not an object or over limit bytes."""
+    text = read_text(path, limit)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write obj as JSON via a temporary file and a rename: a reader sees the old or the new record, whole."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
