@@ -176,6 +176,22 @@ def test_nul_in_path_is_a_usage_error() -> None:
     assert str(info.value) == "'a\\x00b.yaml': cannot read the file: embedded null byte"
 
 
+def test_a_file_over_1_mib_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(LAUNCH.encode() + b"#" * (1 << 20))
+    with pytest.raises(UsageError) as info:
+        load_playbook(str(path), environ={})
+    assert str(info.value).startswith(f"{path}: larger than 1 MiB; ")
+    path.write_bytes(LAUNCH.encode() + b"#" * ((1 << 20) - len(LAUNCH) - 1) + b"\n")  # exactly 1 MiB: fine
+    assert load_playbook(str(path), environ={}).launch.session == "s"
+
+
+def test_a_device_that_fails_reads_is_a_usage_error() -> None:
+    with pytest.raises(UsageError) as info:
+        load_inventory("/proc/self/mem")  # open works, read fails (EIO)
+    assert str(info.value) == "/proc/self/mem: cannot read the file: Input/output error"
+
+
 def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "f.yaml"
     path.write_bytes("\ufeffhosts: {h: {}}\n".encode())

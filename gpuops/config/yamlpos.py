@@ -13,6 +13,7 @@ from typing import Any, Iterator, Union
 from gpuops.errors import ConfigError, Mark, UsageError
 
 MAX_DEPTH = 64  # far beyond any real inventory or playbook; guards against hostile nesting
+MAX_BYTES = 1 << 20  # 1 MiB: real files are a few KiB; bounds what a device such as /dev/zero can make us hold
 
 _STD = "tag:yaml.org,2002:"
 _TAGS = {"str", "int", "float", "bool", "null", "map", "seq", "merge"}
@@ -110,18 +111,26 @@ def describe(node: Node) -> str:
 
 
 def read_text(path: str) -> str:
-    """The file's text; a missing, unreadable or non-UTF-8 file is a clear error."""
+    """The file's text; a missing, unreadable, oversized or non-UTF-8 file is a clear error.
+
+    At most MAX_BYTES are read, so /dev/stdin and `<(...)` pipes work and /dev/zero does not fill memory.
+    """
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory, expected a YAML file") from None
     except PermissionError:
         raise UsageError(f"{path}: cannot read the file: permission denied") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise UsageError(f"{path!r}: cannot read the file: {getattr(exc, 'strerror', None) or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path; OSError: also a device that fails reads
+        where = path if path.isprintable() else repr(path)
+        raise UsageError(f"{where}: cannot read the file: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise UsageError(
+            f"{path}: larger than 1 MiB; an inventory or playbook is a few KiB (is this the right file?)"
+        )
     data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark: editors do not count it
     try:
         text = data.decode("utf-8")
