@@ -44,12 +44,17 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
-__all__ = ["ABORT", "WARN", "Hit", "Matcher", "Rule", "builtin_rules", "regex_rule"]
+from .guard import Guard
+
+__all__ = ["ABORT", "WARN", "METRIC", "Hit", "Measure", "Matcher", "Rule", "builtin_rules", "metric_rule", "regex_rule"]
 
 ABORT = "abort"
 WARN = "warn"
+METRIC = "metric"
 _ACTIONS = (ABORT, WARN)
-_KINDS = ("exception", "line", "regex")
+_KINDS = ("exception", "line", "regex", "metric")
+#: Kinds whose patterns a user wrote: searched under the Guard's time budget.
+_UNTRUSTED = ("regex", "metric")
 
 #: A traceback stays open this many lines after its last line.
 TRACEBACK_WINDOW = 500
@@ -102,13 +107,25 @@ class Rule:
             raise ValueError("a rule needs a name")
         if self.kind not in _KINDS:
             raise ValueError(f"rule {self.name!r}: kind must be one of {', '.join(_KINDS)}, not {self.kind!r}")
-        if self.action not in _ACTIONS:
+        if (self.kind == "metric") != (self.action == METRIC):
+            raise ValueError(f"rule {self.name!r}: a metric rule (and only one) has action 'metric'")
+        if self.action not in _ACTIONS and self.kind != "metric":
             raise ValueError(f"rule {self.name!r}: action must be abort or warn, not {self.action!r}")
         object.__setattr__(self, "regex", _compile(self.name, self.pattern))
         follow = _compile(self.name, self.follow) if self.follow else None
         if follow is not None and self.follow_within < 1:
             raise ValueError(f"rule {self.name!r}: follow needs follow_within >= 1")
         object.__setattr__(self, "follow_regex", follow)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A figure read off a log line by a metric rule (its first group, else the whole match)."""
+
+    rule: str
+    value: str
+    line_number: int
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -251,6 +268,12 @@ def regex_rule(name: str, pattern: str, action: str = ABORT) -> Rule:
     )
 
 
+def metric_rule(name: str, pattern: str) -> Rule:
+    """A rule that reads a figure off every line it matches (``Matcher.take_measures``), never a hit."""
+    regex = _compile(name, pattern)
+    return Rule(name, "metric", METRIC, f"figure read by {pattern}", pattern, triggers=_required_literals(regex))
+
+
 # --- literal extraction for playbook regexes (what grep calls "must" strings) ---
 
 try:  # Python >= 3.11
@@ -366,6 +389,10 @@ def _best(candidates: list[set[str]]) -> set[str] | None:
 # --- per-line state ---
 
 
+def _same(text: str) -> str:
+    return text
+
+
 def _clean(raw: bytes) -> str:
     """Decode a raw line (invalid UTF-8 replaced) and remove ANSI escape sequences."""
     text = raw.decode("utf-8", "replace")
@@ -398,13 +425,14 @@ class _Lines:
 
     HEAD = 6
 
-    def __init__(self) -> None:
+    def __init__(self, short: Callable[[str], str]) -> None:
+        self.short = short  # masks secrets, then shortens: a cut never shows part of a secret
         self.head: list[str] = []
         self.tail: deque[str] = deque(maxlen=EXCERPT_LINES - self.HEAD - 1)
         self.dropped = 0
 
     def add(self, text: str) -> None:
-        text = _shorten(text)
+        text = self.short(text)
         if len(self.head) < self.HEAD:
             self.head.append(text)
             return
@@ -424,7 +452,8 @@ class _Traceback:
 
     __slots__ = ("prefix", "prefix_re", "mode", "last_kind", "last_line", "seq", "lines")
 
-    def __init__(self, prefix: str, line_no: int, seq: int, context: str | None, header: str) -> None:
+    def __init__(self, prefix: str, line_no: int, seq: int, context: str | None, header: str,
+                 short: Callable[[str], str]) -> None:
         self.prefix = prefix
         general = re.sub(r"\d+", r"\\d+", re.escape(prefix)) if _TIME_LIKE.search(prefix) else None
         self.prefix_re = re.compile(general) if general else None
@@ -432,7 +461,7 @@ class _Traceback:
         self.last_kind = _HEADER
         self.last_line = line_no
         self.seq = seq
-        self.lines = _Lines()
+        self.lines = _Lines(short)
         if context is not None:
             self.lines.add(context)
         self.lines.add(header)
@@ -496,16 +525,25 @@ class Matcher:
         rules: Sequence[Rule],
         *,
         start_offset: int = 0,
+        start_line: int = 1,
         max_line: int = 65536,
         prefilter: Prefilter | None = None,
+        mask: Callable[[str], str] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         if max_line < 1:
             raise ValueError("max_line must be at least 1")
-        self._rules = tuple(rules)
+        self._rules = tuple(r for r in rules if r.kind != "metric")
+        self._metrics = tuple(r for r in rules if r.kind == "metric")
         self._max_line = max_line
         self._offset = start_offset  # stream offset of the next byte fed
-        self._line_no = 1  # number of the next line
-        self._done = 0  # number of the last line matched (the others were skipped)
+        self._line_no = start_line  # number of the next line
+        self._done = start_line - 1  # number of the last line matched (the others were skipped)
+        self._mask = mask or _same
+        self._short = (lambda text: _shorten(self._mask(text))) if mask else _shorten
+        self.guard = guard if guard is not None else Guard()
+        self._guarded = any(r.kind in _UNTRUSTED for r in rules)
+        self._measures: list[Measure] = []
         self._tail = bytearray()  # start of the current partial line, at most max_line bytes
         self._tail_len = 0  # its full length so far
         self._tail_offset = 0
@@ -516,7 +554,7 @@ class Matcher:
         self._seq = 0
         self._exceptions = any(r.kind == "exception" for r in self._rules)
         self._waiting = tuple(r for r in self._rules if r.follow_regex is not None)
-        self._unfiltered, groups = _scanners(self._rules)
+        self._unfiltered, groups = _scanners(self._rules + self._metrics)
         self._owners = tuple(owners for _, _, owners in groups)
         self._literals = _Literals(groups, prefilter)
         self._delete = _delete_all_but(b"")
@@ -528,6 +566,32 @@ class Matcher:
 
     def feed(self, data: bytes) -> list[Hit]:
         """Consume the next bytes of the stream; return the hits of the lines they complete."""
+        if not self._guarded:
+            return self._feed(data)
+        with self.guard:
+            return self._feed(data)
+
+    def take_measures(self) -> list[Measure]:
+        """The figures metric rules read since the last call, in log order."""
+        out, self._measures = self._measures, []
+        return out
+
+    @property
+    def line_number(self) -> int:
+        """The number of the next line (lines completed so far + 1)."""
+        return self._line_no
+
+    def checkpoint(self) -> tuple[int, int] | None:
+        """(offset, line number) a new Matcher can start at and find the same hits from there on:
+        the oldest line it remembers, when no traceback or wait is open; else None."""
+        if self._busy() or self._tail_len:
+            return None
+        if self._recent:
+            line_no, offset, _ = self._recent[0]
+            return offset, line_no
+        return self._offset, self._line_no
+
+    def _feed(self, data: bytes) -> list[Hit]:
         if not isinstance(data, bytes):
             data = bytes(data)
         hits: list[Hit] = []
@@ -562,6 +626,12 @@ class Matcher:
 
     def finish(self) -> list[Hit]:
         """End of stream: match the last partial line, drop open tracebacks and waits."""
+        if self._guarded:
+            with self.guard:
+                return self._finish()
+        return self._finish()
+
+    def _finish(self) -> list[Hit]:
         hits: list[Hit] = []
         if self._tail_len:
             raw, offset = bytes(self._tail), self._tail_offset
@@ -701,7 +771,13 @@ class Matcher:
         """Does a rule owning one of the line's literals match it? (If not, matching the
         whole line would change nothing: no other rule's literal is in it.)"""
         text = _clean(raw)
-        return any(rule.regex.search(text) for key in keys for rule in self._owners[key])  # type: ignore[union-attr]
+        return any(self._search(rule, text) for key in keys for rule in self._owners[key])  # type: ignore[union-attr]
+
+    def _search(self, rule: Rule, text: str) -> re.Match[str] | None:
+        """A rule's regex searched in a line; a pattern a user wrote runs under the time budget."""
+        if rule.kind in _UNTRUSTED:
+            return self.guard.search(rule.name, rule.regex, text)
+        return rule.regex.search(text)
 
     def _search_lines(self, data: bytes, start: int, end: int) -> list[int]:
         """Rules without trigger literals: search each line, the region decoded at once.
@@ -720,8 +796,12 @@ class Matcher:
         texts.pop()  # the region ends with a line end
         marked: set[int] = set()
         for rule in self._unfiltered:
-            search = rule.regex.search
-            marked.update(i for i, t in enumerate(texts) if search(t))
+            if rule.kind in _UNTRUSTED:
+                guard, name, regex = self.guard, rule.name, rule.regex
+                marked.update(i for i, t in enumerate(texts) if guard.search(name, regex, t))
+            else:
+                search = rule.regex.search
+                marked.update(i for i, t in enumerate(texts) if search(t))
         limit = self._max_line
         if lines and max(map(len, lines)) > limit:
             marked.update(i for i, line in enumerate(lines) if len(line) > limit)
@@ -767,11 +847,11 @@ class Matcher:
                 continue
             text = _clean(raw)
             for p in self._pending:
-                p.lines.append(_shorten(text))
+                p.lines.append(self._short(text))
             for rule in self._waiting:
                 if line_no + rule.follow_within >= self._line_no and rule.regex.search(text):
                     deadline = line_no + rule.follow_within
-                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [_shorten(text)]))
+                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [self._short(text)]))
 
     def _line(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
         """Match one line (the reference semantics; the fast path only skips lines)."""
@@ -792,15 +872,20 @@ class Matcher:
                     continue
                 excerpt = lines.join() if lines is not None else text
             else:
-                if not rule.regex.search(text):
+                if not self._search(rule, text):
                     continue
                 if rule.follow_regex is not None:
                     deadline = line_no + rule.follow_within
-                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [_shorten(text)]))
+                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [self._short(text)]))
                     continue
-                excerpt = _shorten(text)
-            hits.append(Hit(rule.name, rule.action, rule.description, text, line_no, offset, excerpt))
+                excerpt = self._short(text)
+            hits.append(Hit(rule.name, rule.action, rule.description, self._mask(text), line_no, offset, excerpt))
             break
+        for rule in self._metrics:
+            found = self.guard.search(rule.name, rule.regex, text)
+            if found:
+                value = found.group(1) if found.re.groups else found.group(0)
+                self._measures.append(Measure(rule.name, value, line_no, offset))
         self._done = line_no
         self._recent.append((line_no, offset, raw))
 
@@ -855,10 +940,11 @@ class Matcher:
         """Confirm or expire rules waiting for a follow-up line."""
         keep = []
         for p in self._pending:
-            p.lines.append(_shorten(text))
+            p.lines.append(self._short(text))
             if p.rule.follow_regex is not None and p.rule.follow_regex.search(text):
                 excerpt = _excerpt(p.lines, (), 0)
-                hits.append(Hit(p.rule.name, p.rule.action, p.rule.description, p.text, p.line_number, p.offset, excerpt))
+                hits.append(Hit(p.rule.name, p.rule.action, p.rule.description, self._mask(p.text), p.line_number,
+                                p.offset, excerpt))
             elif line_no < p.deadline:
                 keep.append(p)
         self._pending = keep
@@ -872,7 +958,7 @@ class Matcher:
         if i >= 0 and not text[i + len(_TB_HEADER) :].strip():
             context = self._header_context()
             self._seq += 1
-            tbs.append(_Traceback(text[:i], line_no, self._seq, context, text))
+            tbs.append(_Traceback(text[:i], line_no, self._seq, context, text, self._short))
             if len(tbs) > MAX_OPEN_TRACEBACKS:
                 tbs.remove(min(tbs, key=lambda tb: tb.seq))
             return None, None
