@@ -180,6 +180,13 @@ def builtin_rules() -> list[Rule]:
     faulthandler-timeout
         faulthandler's ``Timeout (0:04:00)!`` followed within 5 lines by a
         ``Thread 0x... (most recent call first):`` stack: the process hung.
+    fx-patcher-race
+        ``AssertionError: CURRENT_PATCHER is None in finally block`` raised in
+        ``torch/fx/_symbolic_trace.py``: the same thread-safety family as the
+        FX-tracing race, hit by the eager fallback's make_fx (torch 2.11).
+    flex-attention-unfused (warn)
+        ``UserWarning: flex_attention called without torch.compile()``: the run
+        is on the unfused slow path.
     recompile-limit (warn)
         ``torch._dynamo hit config.recompile_limit (8)`` (older:
         ``cache_size_limit``): warmup did not cover a shape; dynamo runs eager.
@@ -189,6 +196,12 @@ def builtin_rules() -> list[Rule]:
             "fx-tracing-race",
             "PyTorch FX-tracing race between threads sharing torch.compile",
             r"[A-Za-z_][\w.]*: Detected that you are using FX to symbolically trace a dynamo-optimized function",
+        ),
+        _exception(
+            "fx-patcher-race",
+            "PyTorch FX thread-safety race: threads tracing at once (the eager fallback's make_fx patcher is "
+            "process-global); a drafter thread died and the rest run on",
+            r"AssertionError: CURRENT_PATCHER is None in finally block",
         ),
         _exception(
             "cuda-oom",
@@ -237,6 +250,15 @@ def builtin_rules() -> list[Rule]:
             triggers=("Timeout (",),
             follow="^" + _RANK + r"(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+ |Stack )\(most recent call first\):",
             follow_within=5,
+        ),
+        Rule(
+            "flex-attention-unfused",
+            "line",
+            WARN,
+            "flex_attention ran without torch.compile: the unfused slow path (the eager fallback), "
+            "materialising the full scores matrix",
+            r"UserWarning: flex_attention called without torch\.compile\(\)",
+            triggers=("flex_attention called without torch.compile",),
         ),
         Rule(
             "recompile-limit",
