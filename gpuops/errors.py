@@ -64,6 +64,14 @@ class ConfigError(UsageError):
         self.detail = message
 
 
+class SshFileError(UsageError):
+    """A local file SSH needs (identity_file, known_hosts) is missing or unusable: fix it here, a retry cannot."""
+
+    def __init__(self, host: str, message: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{host}: {message}", hint=hint)
+        self.host = host
+
+
 class ConnectError(GpuopsError):
     """The target cannot be reached or authenticated against."""
 

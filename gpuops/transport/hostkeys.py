@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
 import os
@@ -13,7 +14,7 @@ from typing import Any
 
 from gpuops.transport._paramiko import paramiko
 
-from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
+from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey
 
 _append_lock = threading.Lock()
 
@@ -38,21 +39,40 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             raise RevokedHostKey(self.host, hostname, key.get_name(), fingerprint(key), self.known_hosts)
         if self.policy != "accept-new":
             raise UnknownHostKey(self.host, hostname, key.get_name(), fingerprint(key), self.known_hosts)
-        record_host_key(self.known_hosts, hostname, key)
+        try:
+            record_host_key(self.known_hosts, hostname, key)
+        except OSError as exc:
+            where = f"in known_hosts {self.known_hosts} ({os_reason(exc)})"
+            raise SshFileError(self.host, f"cannot record the new host key of {hostname} {where}", hint=(
+                "make that file (and its folder) writable for the user gpuops runs as, "
+                "or point known_hosts at one it may write")) from None
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
-    """Append one known_hosts line, leaving the rest of the file as it was."""
+    """Append one known_hosts line, leaving the rest of the file as it was, byte for byte; a last line
+    without its newline gets one first, or the new entry would be glued onto it (OpenSSH rejects that)."""
     path = os.path.expanduser(path)
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, mode=0o700, exist_ok=True)
-    line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+    line = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode()
     with _append_lock:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(line)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a local file could not be used, in the words an operator reads ("permission denied")."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return (exc.strerror or str(exc)).lower()
 
 
 def known_hosts_name(hostname: str, port: int) -> str:
@@ -60,7 +80,8 @@ def known_hosts_name(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
-def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int) -> frozenset[str]:
+def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int, *,
+                     label: str = "") -> frozenset[str]:
     """Load the known_hosts entries that can name this server into the client's checked keys
     (a missing file means none known); return the keys (base64) that `@revoked` lines revoke
     for it, which are left out of the checked keys (HostKeyPolicy then refuses them).
@@ -72,12 +93,10 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
     the same keys, the same verdicts (a changed key is still found and refused). load() dies on
     marker lines and bad base64; here `@revoked` lines are honoured as OpenSSH does (their host
     field is a pattern list: `*`, `?`, `!`), `@cert-authority` lines (host certificates, which
-    paramiko does not support) and unreadable lines are skipped, as OpenSSH skips the latter."""
-    path = os.path.expanduser(path)
-    try:
-        with open(path) as fh:
-            text = fh.read()
-    except FileNotFoundError:
+    paramiko does not support) and unreadable lines are skipped, as OpenSSH skips the latter.
+    The file is read as bytes: names and keys are ASCII, a comment may be in any encoding."""
+    text = _read_known_hosts(path, label or known_hosts_name(hostname, port))
+    if text is None:
         return frozenset()
     name = known_hosts_name(hostname, port)
     entries: list[Any] = []
@@ -99,8 +118,8 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
             continue
         try:
             entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
-        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey):
-            continue  # an unknown key type or bad base64: OpenSSH skips the line too
+        except (paramiko.SSHException, paramiko.hostkeys.InvalidHostKey, ValueError):
+            continue  # an unknown key type, bad base64 or a non-ASCII byte in the key: OpenSSH skips the line too
         if entry is None:
             continue
         if marker is None:
@@ -116,6 +135,23 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
             if known is None or entry.key.get_name() not in known:
                 keys.add(h, entry.key.get_name(), entry.key)
     return frozenset(revoked)
+
+
+def _read_known_hosts(path: str, label: str) -> str | None:
+    """The file's text (undecodable bytes kept as surrogates: they match no name), None when there is
+    none; a directory or a file we may not read is the user's to fix, said before any connection."""
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            return fh.read().decode("utf-8", "surrogateescape")
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # as OpenSSH: no file, no known key (accept-new creates it)
+    except IsADirectoryError:
+        problem = "is a directory, expected a file"
+    except OSError as exc:
+        problem = f"is not readable ({os_reason(exc)})"
+    raise SshFileError(label, f"known_hosts {path} {problem}", hint=(
+        "set known_hosts in the inventory (or UserKnownHostsFile in ~/.ssh/config) to a file the user gpuops runs "
+        "as can read; a file that does not exist yet is fine: no key is known"))
 
 
 def _names(field: str, name: str) -> bool:

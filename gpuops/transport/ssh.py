@@ -346,7 +346,7 @@ def _connect_chain(host: Host, hosts: Mapping[str, Host], clients: list[Any], se
             raise ConnectError(host.name, f"jump host {jump.name} could not reach {hostname}:{port} ({exc.text})") from None
     client = paramiko.SSHClient()
     known_hosts = host.known_hosts or _user_known_hosts(cfg)
-    revoked = load_known_hosts(client, known_hosts, hostname, port)
+    revoked = load_known_hosts(client, known_hosts, hostname, port, label=host.name)
     client.set_missing_host_key_policy(HostKeyPolicy(host.name, host.host_key_policy, known_hosts, revoked))
     clients.append(client)
     try:
