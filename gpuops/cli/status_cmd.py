@@ -13,11 +13,12 @@ from gpuops.errors import ExitCode, UsageError
 def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]) -> tuple[Any, Any, list[Any]]:
     from gpuops.cli.common import require
     from gpuops.config import load_inventory, load_playbook, resolve_target
+    from gpuops.config.inventory import resolve_targets
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
     pb = load_playbook(playbook, need_env=False) if playbook else None
     if names:
-        targets = [resolve_target(inv, None, n) for n in names]
+        targets = resolve_targets(inv, names)  # a group name selects its targets
     elif pb is not None and pb.target:
         targets = [resolve_target(inv, pb, None)]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from gpuops.config import schema as s
 from gpuops.config.model import Host, Inventory, Target
@@ -36,8 +36,12 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
 def load_inventory(path: str) -> Inventory:
-    """Read and validate an inventory file."""
-    root = load(path)
+    """Read and validate an inventory file: gpuops' own YAML, or an Ansible inventory (YAML or INI)."""
+    from gpuops.config import ansible
+
+    kind, root = ansible.sniff(path)
+    if kind != "gpuops":
+        return ansible.load_ansible(path, kind, root)
     if root is None:
         raise ConfigError(Mark(path, 1, 1), "the file is empty; expected an inventory with keys: hosts, targets")
     top = s.Section(root, "the inventory", INVENTORY_KEYS)
@@ -161,12 +165,39 @@ def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | 
     else:
         target = inventory.targets.get(name)
         if target is None:
-            raise UsageError(
-                f"unknown target '{name}' (targets in {inventory.path}: {known}){s.suggest(name, inventory.targets)}"
-            )
+            members = inventory.groups.get(name)
+            if members:
+                raise UsageError(f"'{name}' is a group of {len(members)} target(s) ({', '.join(members)}); "
+                                 "this command acts on one target: pass -t with one of them")
+            raise _unknown(inventory, name)
     if playbook is not None:
         _check_gpus(target, playbook)
     return target
+
+
+def resolve_targets(inventory: Inventory, names: Iterable[str]) -> list[Target]:
+    """The targets `-t NAME ...` selects: a target by its name, or every target of a group (and its children)."""
+    chosen: dict[str, Target] = {}
+    for name in names:
+        if name in inventory.targets:
+            chosen.setdefault(name, inventory.targets[name])
+            continue
+        members = inventory.groups.get(name)
+        if members is None:
+            raise _unknown(inventory, name)
+        if not members:
+            raise UsageError(f"group '{name}' in {inventory.path} has no targets")
+        for member in members:
+            chosen.setdefault(member, inventory.targets[member])
+    return list(chosen.values())
+
+
+def _unknown(inventory: Inventory, name: str) -> UsageError:
+    known = ", ".join(inventory.targets) or "none"
+    groups = [g for g in inventory.groups if g not in ("all", "ungrouped")]
+    listed = f"; groups: {', '.join(groups)}" if groups else ""
+    return UsageError(f"unknown target '{name}' (targets in {inventory.path}: {known}{listed})"
+                      f"{s.suggest(name, [*inventory.targets, *inventory.groups])}")
 
 
 def _check_gpus(target: Target, playbook: Playbook) -> None:

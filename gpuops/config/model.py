@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, Mapping
 
 from gpuops.errors import Mark
@@ -47,6 +48,8 @@ class Inventory:
     path: str
     hosts: Mapping[str, Host]
     targets: Mapping[str, Target]
+    # group -> the names of its targets, its child groups' included (Ansible inventories; -t GROUP)
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
