@@ -145,8 +145,10 @@ class TextRenderer:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         if self._progress is None:
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                      TextColumn("{task.fields[last]}"), console=None, transient=False)
+            # markup=False: a warmup line is shown as printed (`[rank0]: ...` is no style tag, `:fire:` no emoji).
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                                      TimeElapsedColumn(), TextColumn("{task.fields[last]}", markup=False),
+                                      console=None, transient=False)
             self._progress.start()
             self._tasks: dict[int, Any] = {}
         p = self._progress

@@ -129,27 +129,30 @@ def plain_lines(r: Any) -> list[str]:
 
 
 def _rich(results: list[Any]) -> Any:
+    """The status as rich renderables; every text is a rich Text, so `[host]:port` or `:name:` is never markup."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     parts: list[Any] = []
     for r in results:
         head = Table.grid(padding=(0, 1))
-        head.add_row(f"[bold]{r.target}[/]", *plain_lines(r)[0].split(":", 1)[1:])
+        head.add_row(Text(r.target, style="bold"), *(Text(t) for t in plain_lines(r)[0].split(":", 1)[1:]))
         parts.append(head)
         if r.probe is None:
-            parts.extend("  " + line.split(":", 1)[1].strip() for line in plain_lines(r)[1:])
+            parts.extend(Text("  " + line.split(":", 1)[1].strip()) for line in plain_lines(r)[1:])
             continue
         if r.probe.gpus:
             t = Table(show_edge=False, pad_edge=False)
             for col in ("GPU", "memory used", "total", "util", "processes"):
                 t.add_column(col)
             for g in r.probe.gpus:
-                t.add_row(str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
-                          "?" if g.utilization_pct is None else f"{g.utilization_pct}%",
-                          ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-")
+                cells = (str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
+                         "?" if g.utilization_pct is None else f"{g.utilization_pct}%",
+                         ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-")
+                t.add_row(*(Text(c) for c in cells))
             parts.append(t)
         for line in plain_lines(r)[1:]:
             if " gpu " not in line:
-                parts.append("  " + line.split(":", 1)[1].strip())
+                parts.append(Text("  " + line.split(":", 1)[1].strip()))
     return Group(*parts)
