@@ -1,8 +1,9 @@
-"""A run's GPU and throughput samples, kept in its run directory and bounded for week-long runs.
+"""A run's measurements: GPU and throughput samples kept in its run directory (bounded for
+week-long runs), throughput figures read from the log, and new files in the inductor cache.
 
 ``samples.jsonl`` holds the recent raw samples, one compact JSON object a line::
 
-    {"t":1764584709.83,"g":{"5":[1443,17]},"p":{"5":1},"tp":505695}
+    {"t":1796120709.83,"g":{"5":[1443,17]},"p":{"5":1},"tp":505695}
 
 (t: epoch seconds; g: GPU -> [memory MiB, utilisation %], null where nvidia-smi said [N/A];
 p: compute processes per GPU, when known; tp: the median throughput figure logged since the
@@ -10,30 +11,33 @@ previous sample, when the log gave one). Once the raw file spans ``raw_keep`` se
 quarter, the samples older than ``raw_keep`` (cut on a bucket boundary) are folded into
 ``samples-coarse.jsonl``, one line per ``bucket`` seconds::
 
-    {"t":1764584700,"d":60,"n":30,"g":{"5":[1443,1443,1450,17]},"p":{"5":1},"tp":505695}
+    {"t":1796120700,"d":60,"n":30,"g":{"5":[1443,1443,1450,17]},"p":{"5":1},"tp":505695}
 
 (g: GPU -> [min, median, max memory, median utilisation]; p: the most processes seen; tp: the
 median of the samples' throughput), and the raw file is rewritten with the rest (temporary file
 and rename). At a 2 s interval, 8 GPUs and six-digit MiB figures that is ~0.5 MB of coarse
-lines a day plus at most ~0.4 MB raw: under 1 MB after a day, under 4 MB after a week. Coarse lines are appended before the raw file is
-replaced, and readers drop raw samples older than the last bucket's end, so a crash between the
-two steps duplicates nothing.
+lines a day plus at most ~0.4 MB raw: under 1 MB after a day, under 4 MB after a week.
+Coarse lines are appended before the raw file is replaced, and readers drop raw samples older
+than the last bucket's end, so a crash between the two steps duplicates nothing.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import math
 import os
+import re
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Optional, Pattern, Sequence, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union
 
 from .records import SAMPLES, SAMPLES_COARSE
 from .smi import GpuSample
 
-__all__ = ["Figures", "Sample", "TelemetryLog", "figure", "parse_lines", "read_samples"]
+__all__ = ["CacheWatcher", "Figures", "Sample", "TelemetryLog", "figure", "inductor_cache_dir", "parse_lines",
+           "read_samples"]
 
 _TAIL = 8192  # bytes read from the end of the coarse file to learn where it ends
 
@@ -289,3 +293,78 @@ def figure(pattern: Pattern[str], line: str) -> float | None:
     except ValueError:
         return None
 
+
+def inductor_cache_dir(environ: Mapping[str, str]) -> str:
+    """Where torch.compile caches kernels for a run with this environment: torch's default_cache_dir() rule.
+
+    (TRITON_CACHE_DIR, when set, moves triton/ elsewhere; watch that folder too.)
+    """
+    if environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return environ["TORCHINDUCTOR_CACHE_DIR"]
+    user = next((environ[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if environ.get(k)), None)
+    if user is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = str(os.getuid())
+    tmp = next((environ[k] for k in ("TMPDIR", "TEMP", "TMP") if environ.get(k)), "/tmp")
+    return os.path.join(tmp, "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+class CacheWatcher:
+    """Counts regular files under the inductor cache that were not there at the snapshot.
+
+    A shape the warmup missed adds ~50 files (triton/, fxgraph/, aotautograd/ and two-letter
+    folders of generated code, REFERENCE.md); the eager fallback itself adds none. The walk visits
+    at most `limit` entries (``truncated`` says it stopped early: files past the limit are not
+    seen), follows no symlinks and skips lock and temporary files, which come and go on cache hits.
+    A missing folder holds 0 files. Walking 20,000 entries takes tens of milliseconds: poll every
+    10-30 s, not every sample.
+    """
+
+    EXAMPLES = 5
+
+    def __init__(self, path: str, limit: int = 20000) -> None:
+        self.path = path
+        self.limit = limit
+        self.truncated = False
+        self._seen: Set[str] = set()
+
+    def snapshot(self) -> int:
+        """Remember what is there now (at training start); returns how many files that is."""
+        self._seen = set(self._walk())
+        return len(self._seen)
+
+    def new_files(self) -> Tuple[int, List[str]]:
+        """How many files appeared since the snapshot, and a few of them (paths relative to the cache)."""
+        new = sorted(p for p in self._walk() if p not in self._seen)
+        return len(new), new[:self.EXAMPLES]
+
+    def _walk(self) -> List[str]:
+        found: List[str] = []
+        stack, visited = [""], 0
+        self.truncated = False
+        while stack:
+            rel = stack.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self.path, rel) if rel else self.path))
+            except OSError:
+                continue
+            for entry in entries:
+                visited += 1
+                if visited > self.limit:
+                    self.truncated = True
+                    return found
+                name = rel + "/" + entry.name if rel else entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(name)
+                    elif entry.is_file(follow_symlinks=False) and not _transient(entry.name):
+                        found.append(name)
+                except OSError:
+                    continue
+        return found
+
+
+def _transient(name: str) -> bool:
+    return name.endswith(".lock") or ".tmp" in name
