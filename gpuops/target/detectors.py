@@ -1,0 +1,314 @@
+"""Quiet-failure detectors: figures in, findings out, on an injected clock.
+
+A run that fell back to slow eager mode prints nothing fatal. From outside it shows (REFERENCE.md,
+H200): throughput 5x lower, GPU memory at another steady level (or swinging, with some allocator
+settings), and, when the warmup missed a shape, new inductor cache files or ``Recompiling
+function`` lines after training started. The watchdog feeds what it measured (``throughput``,
+``sample``, ``cache_files``, ``recompile``) and asks ``judge(t)`` for new findings.
+
+Each rule reports once per episode and re-arms only after a full window back in range. The level
+rules (throughput-drop, gpu-memory-shift) need a baseline (an earlier good run's profile, or numbers
+in the playbook); without one they are replaced by one ``no-baseline`` note.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
+
+from .smi import GpuSample
+
+__all__ = [
+    "ABORT", "DEFAULTS", "NOTE", "WARN", "Baseline", "Detectors", "Finding", "RECOMPILE_MARK", "RULES", "resolve",
+]
+
+THROUGHPUT_DROP = "throughput-drop"
+MEMORY_SHIFT = "gpu-memory-shift"
+MEMORY_VOLATILE = "gpu-memory-volatile"
+COMPILE_AFTER_WARMUP = "compile-after-warmup"
+NO_BASELINE = "no-baseline"  # note: the level rules cannot judge this run
+NO_THROUGHPUT = "no-throughput"  # note: too few throughput figures in a window to judge
+RULES = (THROUGHPUT_DROP, MEMORY_SHIFT, MEMORY_VOLATILE, COMPILE_AFTER_WARMUP, NO_BASELINE, NO_THROUGHPUT)
+ABORT, WARN, NOTE = "abort", "warn", "note"
+
+#: The playbook keys' defaults; a section that is absent or None is off.
+DEFAULTS: Dict[str, Any] = {
+    "throughput": {"pattern": None, "min_ratio": 0.5, "baseline": "last", "settle": 60.0, "window": 30.0, "action": WARN},
+    "gpu_memory": {"max_ratio": 1.5, "max_swing_mib": 2048, "baseline": "last", "settle": 60.0, "window": 30.0,
+                   "action": WARN},
+    "compile_after_warmup": {"settle": 60.0, "window": 60.0, "action": WARN},
+    "sample_interval": 2.0,
+}
+MIN_FIGURES = 3  # a median of fewer figures is noise
+RECOMPILE_MARK = "Recompiling function"  # TORCH_LOGS=recompiles, torch 2.11
+_RECOMPILED = re.compile(RECOMPILE_MARK + r" (\S+)")
+
+EAGER_ADVICE = (
+    "likely the eager fallback, the FX thread-safety race's slow path (a thread fell back to eager mode, "
+    "the process runs on): compile each device's function under one lock before the threads start, "
+    "warm every shape, or use torch >= 2.14 (thread-local flag)")
+LOWER_ADVICE = (
+    "less memory than the good run: a worker thread may have died (the FX race kills a drafter thread "
+    "while the process runs on; look for 'Exception in thread') or the batch shrank")
+COMPILE_ADVICE = (
+    "the warmup did not cover a shape this run uses, so training compiles it now (slow, and in threads "
+    "it risks the FX race): warm every shape on every device under one lock before the threads start, "
+    "or mark the dimension dynamic")
+
+
+def resolve(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The config with every enabled section's missing keys filled from DEFAULTS."""
+    out: Dict[str, Any] = {"sample_interval": float(config.get("sample_interval") or DEFAULTS["sample_interval"])}
+    for key in ("throughput", "gpu_memory", "compile_after_warmup"):
+        section = config.get(key)
+        out[key] = None if section is None else {**DEFAULTS[key], **section}
+    return out
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a good run measured: its steady throughput and per-GPU memory level (MiB)."""
+
+    run: Optional[str]
+    throughput: Optional[float]
+    gpu_memory: Optional[Dict[int, float]]
+    source: str  # "last" (an earlier run's profile) | "playbook" | "playbook+last"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One detector's verdict: what was measured against what, what it likely means, what to do."""
+
+    rule: str
+    action: str
+    message: str
+    advice: str
+    figures: Dict[str, Any]
+
+    def as_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+class _Episode:
+    """Report once when a condition turns bad; re-arm after `window` seconds of it judged good."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.active = False
+        self.good_since: Optional[float] = None
+
+    def starts(self, t: float, bad: Optional[bool]) -> bool:
+        """Feed one judgement (None: could not judge); True when a new episode begins."""
+        if bad is None:
+            self.good_since = None
+            return False
+        if bad:
+            self.good_since = None
+            began, self.active = not self.active, True
+            return began
+        if self.active:
+            if self.good_since is None:
+                self.good_since = t
+            elif t - self.good_since >= self.window:
+                self.active, self.good_since = False, None
+        return False
+
+
+def _keep(points: Deque[Tuple[float, float]], t: float, horizon: float) -> None:
+    """Forget what no window will look at again."""
+    while points and points[0][0] < t - horizon:
+        points.popleft()
+
+
+def _in_window(points: Deque[Tuple[float, float]], lo: float, hi: float) -> List[float]:
+    return [v for at, v in points if lo < at <= hi]
+
+
+class Detectors:
+    """The quiet-failure rules of one run (see the module docstring); `started` is when training started."""
+
+    def __init__(self, config: Dict[str, Any], baseline: Optional[Baseline], started: float) -> None:
+        self.config = resolve(config)
+        self.baseline = baseline
+        self.started = started
+        self._figures: Deque[Tuple[float, float]] = deque(maxlen=100_000)
+        self._memory: Dict[int, Deque[Tuple[float, float]]] = {}
+        self._episodes: Dict[Tuple[str, Optional[int]], _Episode] = {}
+        self._noted: Set[str] = set()
+        self._cache = (0, [])  # type: Tuple[int, List[str]]
+        self._cache_acked = 0  # files already accounted for: those of settle, and those reported
+        self._recompiles: List[Tuple[float, str]] = []
+        windows = [s["window"] for s in (self.config["throughput"], self.config["gpu_memory"]) if s is not None]
+        self._horizon = 2.0 * max(windows, default=0.0) + 10.0
+
+    # -- what the watchdog measured ------------------------------------------------------------
+    def throughput(self, t: float, value: float) -> None:
+        """A throughput figure read from the log at t."""
+        self._figures.append((t, float(value)))
+        _keep(self._figures, t, self._horizon)
+
+    def sample(self, t: float, gpus: GpuSample) -> None:
+        """One nvidia-smi sample of the run's GPUs."""
+        for gpu, (memory, _util) in gpus.items():
+            points = self._memory.setdefault(gpu, deque(maxlen=10_000))
+            if memory is not None:
+                points.append((t, float(memory)))
+            _keep(points, t, self._horizon)
+
+    def cache_files(self, t: float, new: int, examples: List[str]) -> None:
+        """New inductor cache files since the snapshot at training start (CacheWatcher.new_files)."""
+        section = self.config["compile_after_warmup"]
+        self._cache = (new, list(examples))
+        if section is not None and t < self.started + section["settle"]:
+            self._cache_acked = new  # the run's own start-up may still write to the cache
+
+    def recompile(self, t: float, line: str) -> None:
+        """A log line; `Recompiling function` lines after settle mean a shape the warmup missed."""
+        match = _RECOMPILED.search(line)
+        section = self.config["compile_after_warmup"]
+        if match and section is not None and t >= self.started + section["settle"]:
+            self._recompiles.append((t, match.group(1)))
+
+    # -- verdicts ------------------------------------------------------------------------------
+    def judge(self, t: float) -> List[Finding]:
+        """The findings that begin at t (each rule once per episode)."""
+        found: List[Finding] = []
+        found += self._note_missing_baseline(t)
+        found += self._judge_throughput(t)
+        found += self._judge_memory(t)
+        found += self._judge_compile(t)
+        return found
+
+    def _episode(self, rule: str, gpu: Optional[int], window: float) -> _Episode:
+        return self._episodes.setdefault((rule, gpu), _Episode(window))
+
+    def _base(self) -> Dict[str, Any]:
+        b = self.baseline
+        return {"baseline_run": b.run if b else None, "baseline_source": b.source if b else None}
+
+    def _note_missing_baseline(self, t: float) -> List[Finding]:
+        tp, mem = self.config["throughput"], self.config["gpu_memory"]
+        settle = min(s["settle"] for s in (tp, mem) if s is not None) if (tp or mem) else 0.0
+        if NO_BASELINE in self._noted or not (tp or mem) or t < self.started + settle:
+            return []
+        self._noted.add(NO_BASELINE)
+        b = self.baseline
+        missing = []
+        if tp is not None and (b is None or b.throughput is None):
+            missing.append("throughput")
+        levels = (b.gpu_memory or {}) if b else {}
+        gpus = sorted(g for g in self._memory if g not in levels)
+        if mem is not None and not levels:
+            missing.append("GPU memory")
+        elif mem is not None and gpus:
+            missing.append("GPU memory of GPU %s" % ", ".join(map(str, gpus)))
+        if not missing:
+            return []
+        message = "no baseline for %s: not judged against an earlier run" % " or ".join(missing)
+        advice = ("the next run of this playbook that succeeds sets it (or give a number as baseline:); "
+                  "memory volatility and compile-after-warmup still judge this run")
+        return [Finding(NO_BASELINE, NOTE, message, advice, {"missing": missing, "gpus": gpus, **self._base()})]
+
+    def _judge_throughput(self, t: float) -> List[Finding]:
+        cfg, b = self.config["throughput"], self.baseline
+        if cfg is None or t < self.started + cfg["settle"]:
+            return []
+        window = cfg["window"]
+        values = _in_window(self._figures, max(t - window, self.started + cfg["settle"]), t)
+        found = self._note_few_figures(t, cfg, len(values))
+        if b is None or not b.throughput:
+            return found
+        measured = statistics.median(values) if len(values) >= MIN_FIGURES else None
+        bad = None if measured is None else measured < cfg["min_ratio"] * b.throughput
+        began = self._episode(THROUGHPUT_DROP, None, window).starts(t, bad)
+        if not began or measured is None:
+            return found
+        ratio = measured / b.throughput
+        message = "throughput %s/s over the last %g s is %.2fx the baseline %s/s (run %s)" % (
+            _n(measured), window, ratio, _n(b.throughput), b.run or b.source)
+        figures = {"measured": measured, "baseline": b.throughput, "ratio": round(ratio, 4), "gpu": None,
+                   "window": window, "n": len(values), "min_ratio": cfg["min_ratio"], **self._base()}
+        return found + [Finding(THROUGHPUT_DROP, cfg["action"], message, EAGER_ADVICE, figures)]
+
+    def _note_few_figures(self, t: float, cfg: Dict[str, Any], n: int) -> List[Finding]:
+        """Once: a window past settle held too few figures to judge (a pattern that matches nothing)."""
+        if n >= MIN_FIGURES or t < self.started + cfg["settle"] + cfg["window"] or NO_THROUGHPUT in self._noted:
+            return []
+        self._noted.add(NO_THROUGHPUT)
+        message = "%d throughput figure(s) in the last %g s: throughput-drop needs %d a window" % (
+            n, cfg["window"], MIN_FIGURES)
+        advice = "check throughput.pattern against the log (its first group is the figure), or widen throughput.window"
+        figures = {"n": n, "window": cfg["window"], "pattern": cfg.get("pattern")}
+        return [Finding(NO_THROUGHPUT, NOTE, message, advice, figures)]
+
+    def _judge_memory(self, t: float) -> List[Finding]:
+        cfg = self.config["gpu_memory"]
+        if cfg is None or t < self.started + cfg["settle"]:
+            return []
+        found: List[Finding] = []
+        lo = max(t - cfg["window"], self.started + cfg["settle"])
+        for gpu in sorted(self._memory):
+            values = _in_window(self._memory[gpu], lo, t)
+            found += self._shift(t, cfg, gpu, values) + self._volatile(t, cfg, gpu, values)
+        return found
+
+    def _shift(self, t: float, cfg: Dict[str, Any], gpu: int, values: List[float]) -> List[Finding]:
+        level = ((self.baseline.gpu_memory or {}) if self.baseline else {}).get(gpu)
+        if not level or level <= 0:
+            return []
+        measured = statistics.median(values) if len(values) >= MIN_FIGURES else None
+        ratio = None if measured is None else measured / level
+        bad = None if ratio is None else not (1.0 / cfg["max_ratio"] <= ratio <= cfg["max_ratio"])
+        began = self._episode(MEMORY_SHIFT, gpu, cfg["window"]).starts(t, bad)
+        if not began or ratio is None or measured is None:
+            return []
+        assert self.baseline is not None  # a level came from it
+        message = "GPU %d memory %s MiB over the last %g s is %.2fx the baseline %s MiB (run %s)" % (
+            gpu, _n(measured), cfg["window"], ratio, _n(level), self.baseline.run or self.baseline.source)
+        advice = EAGER_ADVICE if ratio > 1 else LOWER_ADVICE
+        figures = {"measured": measured, "baseline": level, "ratio": round(ratio, 4), "gpu": gpu,
+                   "window": cfg["window"], "n": len(values), "max_ratio": cfg["max_ratio"], **self._base()}
+        return [Finding(MEMORY_SHIFT, cfg["action"], message, advice, figures)]
+
+    def _volatile(self, t: float, cfg: Dict[str, Any], gpu: int, values: List[float]) -> List[Finding]:
+        swing = max(values) - min(values) if len(values) >= MIN_FIGURES else None
+        bad = None if swing is None else swing > cfg["max_swing_mib"]
+        began = self._episode(MEMORY_VOLATILE, gpu, cfg["window"]).starts(t, bad)
+        if not began or swing is None:
+            return []
+        message = "GPU %d memory swings %s-%s MiB (%s MiB > %s) over the last %g s" % (
+            gpu, _n(min(values)), _n(max(values)), _n(swing), _n(cfg["max_swing_mib"]), cfg["window"])
+        advice = ("memory that rises and falls each step is eager code allocating per step (seen with "
+                  "empty_cache or expandable_segments): " + EAGER_ADVICE)
+        figures = {"measured": swing, "min": min(values), "max": max(values), "gpu": gpu, "window": cfg["window"],
+                   "n": len(values), "max_swing_mib": cfg["max_swing_mib"], "baseline": None, "ratio": None,
+                   **self._base()}
+        return [Finding(MEMORY_VOLATILE, cfg["action"], message, advice, figures)]
+
+    def _judge_compile(self, t: float) -> List[Finding]:
+        cfg = self.config["compile_after_warmup"]
+        if cfg is None or t < self.started + cfg["settle"]:
+            return []
+        count, examples = self._cache
+        new_files, lines = count - self._cache_acked, self._recompiles
+        self._cache_acked, self._recompiles = count, []
+        if not self._episode(COMPILE_AFTER_WARMUP, None, cfg["window"]).starts(t, new_files > 0 or bool(lines)):
+            return []
+        functions = sorted({name for _, name in lines})
+        what = []
+        if new_files > 0:
+            what.append("%d new inductor cache file(s) after warmup (%s)" % (new_files, ", ".join(examples[:3])))
+        if lines:
+            what.append("dynamo recompiled %s (%d time(s))" % (", ".join(functions), len(lines)))
+        figures = {"measured": new_files, "files_since_start": count, "examples": examples[:5],
+                   "recompiles": len(lines), "functions": functions, "settle": cfg["settle"], "gpu": None,
+                   "window": cfg["window"], "baseline": None, "ratio": None, "baseline_run": None}
+        return [Finding(COMPILE_AFTER_WARMUP, cfg["action"], "; ".join(what), COMPILE_ADVICE, figures)]
+
+
+def _n(value: float) -> str:
+    """A figure for a message: thousands separated, no decimals."""
+    return "{:,.0f}".format(value)

@@ -1,0 +1,184 @@
+"""Quiet-failure detectors on a simulated clock, with the H200 figures of REFERENCE.md.
+
+compiled: 505,695 tok/s, 1443 MiB flat; eager fallback: 98,364 tok/s, 6249 MiB flat; eager with
+empty_cache: 1063-4449 MiB swinging; a missed shape: ~50 new inductor cache files.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+from gpuops.target.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
+from gpuops.target.profile import find_baseline, keep_profile
+from gpuops.target.telemetry import Figures, TelemetryLog
+
+T0 = 1796120709.83
+COMPILED, EAGER, SLOWER = 505695.0, 98364.0, 470000.0
+LEVEL, EAGER_LEVEL = 1443, 6249
+GOOD = Baseline("20261201-102500-3fa9c2", COMPILED, {5: float(LEVEL), 6: float(LEVEL), 7: float(LEVEL)}, "last")
+CONFIG = {k: DEFAULTS[k] for k in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")}
+COMPILE_ONLY = {"compile_after_warmup": {}}
+SETTLE, WINDOW, INTERVAL = 60.0, 30.0, 2.0
+
+Curve = Callable[[float], Optional[float]]
+
+
+def simulate(det: Detectors, seconds: float, tp: Curve, memory: Callable[[float], Optional[int]],
+             gpus: Tuple[int, ...] = (5,)) -> List[Tuple[float, Finding]]:
+    """A figure in the log every second, a GPU sample and a judgement every 2 s; seconds since start."""
+    found: List[Tuple[float, Finding]] = []
+    for tick in range(int(seconds)):
+        t = T0 + tick
+        value = tp(tick)
+        if value is not None:
+            det.throughput(t, value)
+        if tick % int(INTERVAL) == 0:
+            det.sample(t, {g: (memory(tick), 17) for g in gpus})
+            found += [(tick, f) for f in det.judge(t)]
+    return found
+
+
+def rules(found: List[Tuple[float, Finding]]) -> List[str]:
+    return [f.rule for _, f in found]
+
+
+def flat(value: float) -> Curve:
+    return lambda _t: value
+
+
+def test_a_5x_drop_from_the_start_is_reported_within_settle_window_and_two_samples() -> None:
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, flat(EAGER), flat(LEVEL))
+    assert rules(found) == ["throughput-drop"]
+    at, finding = found[0]
+    assert at <= SETTLE + WINDOW + 2 * INTERVAL
+    assert finding.action == "warn" and finding.figures["measured"] == EAGER and finding.figures["gpu"] is None
+    assert finding.figures["baseline"] == COMPILED and finding.figures["baseline_run"] == GOOD.run
+    assert finding.figures["ratio"] == round(EAGER / COMPILED, 4) and finding.figures["window"] == WINDOW
+    assert "98,364/s" in finding.message and "0.19x" in finding.message and GOOD.run in finding.message
+    assert "FX thread-safety race" in finding.advice and "one lock" in finding.advice and "2.14" in finding.advice
+
+
+def test_a_drop_mid_run_is_reported_within_a_window_and_two_samples() -> None:
+    found = simulate(Detectors(CONFIG, GOOD, T0), 900, lambda t: COMPILED if t < 300 else EAGER, flat(LEVEL))
+    assert rules(found) == ["throughput-drop"]
+    assert 300 < found[0][0] <= 300 + WINDOW + 2 * INTERVAL
+
+
+def test_470k_against_505k_is_not_a_drop() -> None:
+    assert simulate(Detectors(CONFIG, GOOD, T0), 900, flat(SLOWER), flat(LEVEL)) == []
+
+
+def test_a_slow_start_up_before_settle_is_not_judged() -> None:
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, lambda t: EAGER if t < SETTLE else COMPILED,
+                     lambda t: 300 if t < SETTLE else LEVEL)
+    assert found == []
+
+
+def test_one_report_per_episode_and_a_new_one_only_after_a_full_window_back_in_range() -> None:
+    def tp(t: float) -> float:
+        # slow, back for 100 s (re-arms), slow again, back for only 20 s (does not), slow to the end
+        return COMPILED if 200 <= t < 300 or 400 <= t < 420 else EAGER
+
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, tp, flat(LEVEL))
+    assert rules(found) == ["throughput-drop", "throughput-drop"]
+    assert found[0][0] <= SETTLE + WINDOW + 2 * INTERVAL and 300 < found[1][0] <= 300 + WINDOW + 2 * INTERVAL
+
+
+def test_the_eager_memory_level_is_a_shift_and_a_small_change_is_not() -> None:
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, flat(COMPILED), flat(EAGER_LEVEL), gpus=(5, 6))
+    assert sorted((f.rule, f.figures["gpu"]) for _, f in found) == [("gpu-memory-shift", 5), ("gpu-memory-shift", 6)]
+    finding = found[0][1]
+    assert finding.figures["measured"] == EAGER_LEVEL and finding.figures["baseline"] == LEVEL
+    assert finding.figures["ratio"] == round(EAGER_LEVEL / LEVEL, 4) and "4.33x" in finding.message
+    assert found[0][0] <= SETTLE + MIN_FIGURES * INTERVAL and "FX thread-safety race" in finding.advice
+    assert simulate(Detectors(CONFIG, GOOD, T0), 600, flat(COMPILED), flat(1500)) == []
+
+
+def test_memory_far_below_the_baseline_is_a_shift_with_its_own_advice() -> None:
+    (_, finding), = simulate(Detectors(CONFIG, GOOD, T0), 300, flat(COMPILED), flat(700))
+    assert finding.rule == "gpu-memory-shift" and finding.figures["ratio"] < 1 / 1.5
+    assert "Exception in thread" in finding.advice
+
+
+def test_memory_swinging_like_empty_cache_is_volatile_without_a_baseline() -> None:
+    swing = random.Random(3)
+    found = simulate(Detectors(CONFIG, None, T0), 600, flat(79189), lambda t: swing.randint(1063, 4449))
+    assert rules(found) == ["no-baseline", "gpu-memory-volatile"]
+    note, volatile = found[0][1], found[1][1]
+    assert note.action == "note" and "throughput" in note.message and "GPU memory" in note.message
+    assert volatile.figures["measured"] > 2048 and volatile.figures["gpu"] == 5 and volatile.action == "warn"
+    assert found[1][0] <= SETTLE + 3 * INTERVAL
+
+
+def test_without_a_baseline_a_5x_drop_is_one_note_and_nothing_else() -> None:
+    found = simulate(Detectors(CONFIG, None, T0), 900, flat(EAGER), flat(EAGER_LEVEL))
+    assert rules(found) == ["no-baseline"]
+
+
+def test_a_pattern_that_matches_nothing_is_noted_once() -> None:
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, lambda t: None, flat(LEVEL))
+    assert rules(found) == ["no-throughput"] and found[0][0] <= SETTLE + WINDOW + INTERVAL
+
+
+def test_new_cache_files_after_settle_are_a_compile_after_warmup() -> None:
+    det = Detectors(COMPILE_ONLY, None, T0)
+    det.cache_files(T0 + 10, 3, ["triton/0/a.json"])  # during settle: the run's own start-up
+    assert det.judge(T0 + 70) == []
+    det.cache_files(T0 + 80, 3 + 53, ["triton/1/b.cubin", "fxgraph/x/y", "aotautograd/z"])
+    (finding,) = det.judge(T0 + 82)
+    assert finding.rule == "compile-after-warmup" and finding.figures["measured"] == 53
+    assert "53 new inductor cache file(s)" in finding.message and "triton/1/b.cubin" in finding.message
+    assert "warm every shape" in finding.advice
+    det.cache_files(T0 + 90, 60, [])
+    assert det.judge(T0 + 92) == []  # the same episode
+    for t in range(94, 160, 2):
+        assert det.judge(T0 + t) == []  # a quiet window re-arms it
+    det.cache_files(T0 + 160, 110, [])
+    assert [f.figures["measured"] for f in det.judge(T0 + 162)] == [50]
+
+
+def test_recompiling_lines_after_settle_are_a_compile_after_warmup() -> None:
+    line = ("V1201 10:25:09.832000 434 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling function "
+            "flex_attention in .../torch/nn/attention/flex_attention.py:1468")
+    det = Detectors(COMPILE_ONLY, None, T0)
+    det.recompile(T0 + 20, line)  # during settle
+    det.recompile(T0 + 20, "step 10 tok/s 505695")
+    assert det.judge(T0 + 70) == []
+    det.recompile(T0 + 75, line)
+    (finding,) = det.judge(T0 + 76)
+    assert finding.figures["functions"] == ["flex_attention"] and "recompiled flex_attention" in finding.message
+
+
+def test_no_false_alarm_over_20_good_runs_each_judged_by_the_previous_ones_profile(tmp_path: Path) -> None:
+    rng = random.Random(20261201)
+    previous = None
+    for n in range(20):
+        run_id = "20261201-%06d-%06x" % (100000 + n * 100, n)
+        run = tmp_path / run_id
+        run.mkdir()
+        (run / "meta.json").write_text('{"playbook": "dflash-drafter", "id": "%s"}' % run_id)
+        baseline = find_baseline(str(tmp_path), "dflash-drafter", exclude=run_id)
+        assert (baseline.run if baseline else None) == previous
+        found = good_run(run, Detectors(CONFIG, baseline, T0), rng)
+        assert rules(found) == (["no-baseline"] if n == 0 else []), (n, [f.message for _, f in found])
+        (run / "exit_code").write_text("0\n")
+        keep_profile(str(run))
+        previous = run_id
+
+
+def good_run(run: Path, det: Detectors, rng: random.Random) -> List[Tuple[float, Finding]]:
+    """Ten minutes of a compiled run on GPUs 5-7, every figure within +-10 % of the H200's, logged as the watchdog would."""
+    log, figures, found = TelemetryLog(str(run)), Figures(), []
+    for tick in range(600):
+        t = T0 + tick
+        value = COMPILED * rng.uniform(0.9, 1.1)
+        det.throughput(t, value)
+        figures.add(value)
+        if tick % 2 == 0:
+            gpus = {g: (int(LEVEL * rng.uniform(0.9, 1.1)), 17) for g in (5, 6, 7)}
+            det.sample(t, gpus)
+            log.append(t, gpus, {g: 1 for g in gpus}, figures.take())
+            found += [(tick, f) for f in det.judge(t)]
+    return found
