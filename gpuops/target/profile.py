@@ -1,0 +1,178 @@
+"""A run's profile (its steady figures, kept when it ends) and the baseline the next run is judged by.
+
+``profile.json`` in the run directory::
+
+    {"run": "20261201-102500-3fa9c2", "playbook": "dflash-drafter", "target": "ct200",
+     "started": "2026-12-01T10:25:00Z", "ended": "2026-12-01T11:25:00Z", "duration_s": 3600.0,
+     "warmup_seconds": {"5": 8.4}, "outcome": "succeeded", "exit_code": 0, "command_exit_code": 0,
+     "rule": null, "by": null, "settle": 60.0, "findings": [],
+     "throughput": {"median": 505695.0, "n": 1770},
+     "gpus": {"5": {"median": 1443, "min": 1443, "max": 1443, "swing": 0, "util_median": 17}},
+     "samples": 1800}
+
+Figures are over the samples from ``settle`` seconds after the start (start-up is not steady);
+coarse buckets count for the samples they stand for. The baseline of a playbook is the newest
+run of it whose profile says it succeeded and that measured something steady (a run too short
+to have steady figures cannot be a baseline), or numbers the playbook gives.
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .detectors import Baseline
+from .records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
+from .telemetry import Sample, read_samples
+
+__all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile"]
+
+_ISO = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _epoch(stamp: Any) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), _ISO)))
+    except (TypeError, ValueError):
+        return None
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else time.strftime(_ISO, time.gmtime(t))
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def weighted_median(pairs: Iterable[Tuple[float, int]]) -> float | None:
+    """The median of values each standing for `weight` samples (a coarse bucket stands for its n)."""
+    ordered = sorted((v, w) for v, w in pairs if v is not None and w > 0)
+    total = sum(w for _, w in ordered)
+    seen = 0
+    for value, weight in ordered:
+        seen += weight
+        if 2 * seen >= total:
+            return value
+    return None
+
+
+def _gpu_figures(steady: Sequence[Sample]) -> Dict[str, Dict[str, Any]]:
+    out: Dict[str, Dict[str, Any]] = {}
+    for gpu in sorted({g for s in steady for g in s.gpus}):
+        rows = [(s, s.gpus.get(gpu, (None, None))) for s in steady]
+        lows = [(s.low or {}).get(gpu, m) for s, (m, _) in rows if m is not None]
+        highs = [(s.high or {}).get(gpu, m) for s, (m, _) in rows if m is not None]
+        median = weighted_median((m, s.n) for s, (m, _) in rows if m is not None)
+        if median is None:
+            continue
+        lo = min(v for v in lows if v is not None)
+        hi = max(v for v in highs if v is not None)
+        out[str(gpu)] = {"median": median, "min": lo, "max": hi, "swing": hi - lo,
+                         "util_median": weighted_median((u, s.n) for s, (_, u) in rows if u is not None)}
+    return out
+
+
+def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str] = (),
+                  session_alive: bool = False, ended: float | None = None) -> Dict[str, Any]:
+    """The run's profile from its records (meta.json, exit_code, abort.json, samples); see the module docstring."""
+    meta = read_json(os.path.join(run_dir, META)) or {}
+    exit_text = read_text(os.path.join(run_dir, EXIT_CODE))
+    abort = read_json(os.path.join(run_dir, ABORT))
+    samples = read_samples(run_dir)
+    started = _epoch(meta.get("started_at"))
+    first = started if started is not None else (samples[0].t if samples else None)
+    if ended is None:
+        ends = [_mtime(os.path.join(run_dir, EXIT_CODE)), _mtime(os.path.join(run_dir, ABORT)),
+                samples[-1].t + samples[-1].span if samples else None]
+        ended = max((e for e in ends if e is not None), default=None)
+    steady = [s for s in samples if first is None or s.t >= first + settle]
+    tp = [(s.throughput, s.n) for s in steady if s.throughput is not None]
+    name, code = outcome(exit_text, abort, session_alive)
+    return {
+        "run": meta.get("id") or os.path.basename(os.path.normpath(run_dir)),
+        "playbook": meta.get("playbook"),
+        "target": meta.get("target"),
+        "started": meta.get("started_at") or _iso(first),
+        "ended": _iso(ended),
+        "duration_s": round(ended - first, 3) if ended is not None and first is not None else None,
+        "warmup_seconds": meta.get("warmup_seconds"),
+        "outcome": name,
+        "exit_code": code,
+        "command_exit_code": command_exit_code(exit_text),
+        "rule": (abort or {}).get("rule"),
+        "by": (abort or {}).get("by"),
+        "settle": settle,
+        "findings": sorted(set(findings)),
+        "throughput": {"median": weighted_median(tp), "n": sum(n for _, n in tp)} if tp else None,
+        "gpus": _gpu_figures(steady),
+        "samples": sum(s.n for s in samples),
+    }
+
+
+def keep_profile(run_dir: str, **kwargs: Any) -> Dict[str, Any]:
+    """Build the profile and write it to the run directory (atomically); returns it."""
+    profile = build_profile(run_dir, **kwargs)
+    write_json_atomic(os.path.join(run_dir, PROFILE), profile)
+    return profile
+
+
+def baseline_from_profile(profile: Dict[str, Any]) -> Baseline:
+    """A profile's steady figures as a Baseline."""
+    tp = (profile.get("throughput") or {}).get("median")
+    gpus = {int(k): float(v["median"]) for k, v in (profile.get("gpus") or {}).items()
+            if isinstance(v, dict) and v.get("median") is not None}
+    return Baseline(profile.get("run"), float(tp) if tp is not None else None, gpus or None, "last")
+
+
+def find_baseline(runs_dir: str, playbook: str, exclude: str | None = None, *, limit: int = 1000) -> Baseline | None:
+    """The newest succeeded run of `playbook` with steady figures (run ids sort by start time), or None."""
+    try:
+        names = sorted((n for n in os.listdir(runs_dir) if n != exclude), reverse=True)
+    except OSError:
+        return None
+    for name in names[:limit]:
+        profile = read_json(os.path.join(runs_dir, name, PROFILE))
+        if not profile or profile.get("playbook") != playbook or profile.get("outcome") != "succeeded":
+            continue
+        baseline = baseline_from_profile(profile)
+        if baseline.throughput is not None or baseline.gpu_memory:
+            return baseline
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _levels(value: Any, gpus: Sequence[int]) -> Optional[Dict[int, float]]:
+    """A playbook's gpu_memory baseline: one MiB figure for every GPU, or {gpu: MiB}."""
+    if isinstance(value, dict):
+        levels = {int(k): float(v) for k, v in value.items() if _number(v) is not None}
+        return levels or None
+    number = _number(value)
+    return {int(g): number for g in gpus} if number is not None and gpus else None
+
+
+def baseline_from_config(config: Dict[str, Any], last: Baseline | None, gpus: Sequence[int] = ()) -> Baseline | None:
+    """The baseline a run is judged by: the playbook's numbers where it gives them (`baseline: 505695`), else `last`'s."""
+    throughput_cfg = config.get("throughput") or {}
+    memory_cfg = config.get("gpu_memory") or {}
+    throughput = _number(throughput_cfg.get("baseline"))
+    levels = _levels(memory_cfg.get("baseline"), gpus)
+    used: List[str] = ["playbook"] if throughput is not None or levels is not None else []
+    if last is not None and (throughput is None or levels is None):
+        if (throughput is None and last.throughput is not None) or (levels is None and last.gpu_memory):
+            used.append("last")
+        throughput = throughput if throughput is not None else last.throughput
+        levels = levels if levels is not None else last.gpu_memory
+    if throughput is None and not levels:
+        return None
+    return Baseline(last.run if last is not None and "last" in used else None, throughput, levels, "+".join(used))
