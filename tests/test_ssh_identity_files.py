@@ -1,8 +1,9 @@
-"""Private keys that cannot be used are said plainly, at once, before any login is tried.
+"""Private keys and ~/.ssh/config that cannot be used are said plainly, at once, before any login is tried.
 
 A missing, unreadable or directory identity_file is a local configuration error (exit 2, never
 retried); a key locked with a passphrase that no ssh-agent supplies is an authentication failure
-(exit 3) that says so. A missing IdentityFile of ~/.ssh/config is skipped, as OpenSSH skips it.
+(exit 3) that says so. A missing IdentityFile of ~/.ssh/config is skipped, as OpenSSH skips it, and
+a comment there in any encoding is read as OpenSSH reads it.
 """
 
 from __future__ import annotations
@@ -146,3 +147,32 @@ def test_a_missing_identity_file_in_ssh_config_is_skipped_as_openssh_skips_it(
     result = gpuops("status", "-i", str(inv), env=env)
     assert result.returncode == 0, result
     assert sshd.connection_count() == 2
+
+
+def test_a_non_utf8_comment_in_ssh_config_is_read_as_openssh_reads_it(
+    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox
+) -> None:
+    env = bare_env(tmp_path)
+    config = Path(env["HOME"]) / ".ssh" / "config"
+    config.write_bytes(b"# the lab in M\xfcnchen\n" + f"Host pve-alias\n  HostName {sshd.host}\n  Port {sshd.port}\n"
+                       f"  User {sshd.user}\n  IdentityFile {sshd.client_key}\n".encode())
+    ssh = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={sshd.known_hosts}",
+                          "pve-alias", "echo ok"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert ssh.stdout == "ok\n", ssh.stderr
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {"pve1": {"address": "pve-alias", "known_hosts": str(sshd.known_hosts)}},
+                                   "targets": {"ct200": {"host": "pve1", "ctid": 200}}}))
+    result = gpuops("status", "-i", str(inv), env=env)
+    assert result.returncode == 0, result
+    assert "ct200: reachable via pve1, container 200 running" in result.stdout
+
+
+def test_an_unreadable_ssh_config_says_so(tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> None:
+    env = bare_env(tmp_path)
+    config = Path(env["HOME"]) / ".ssh" / "config"
+    config.write_text("Host *\n  User nobody\n")
+    config.chmod(0)
+    inv = write_inventory(tmp_path / "inv.yaml", sshd)
+    result = gpuops("status", "-i", str(inv), env=env, prefix=as_unprivileged())
+    assert result.returncode == 2, result
+    assert f"ct200: unreachable: {config}: cannot be read (permission denied)" in result.stdout

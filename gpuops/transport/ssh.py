@@ -85,6 +85,11 @@ class SshStream:
             return self._chan.exit_status
         return None
 
+    def connection_lost(self) -> bool:
+        """The stream ended because the connection dropped (no exit status came), not because the command did."""
+        transport = self._chan.get_transport()
+        return self._chan.exit_status == -1 and (transport is None or not transport.is_active() or self._chan.closed)
+
     def close(self) -> None:
         self._chan.close()
 
@@ -302,8 +307,17 @@ class _Connection:
 
 
 def _ssh_config() -> Any:
+    """~/.ssh/config, read as bytes as OpenSSH reads it (a comment in any encoding is no internal error)."""
     path = os.path.expanduser("~/.ssh/config")
-    return paramiko.SSHConfig.from_path(path) if os.path.isfile(path) else paramiko.SSHConfig()
+    if not os.path.isfile(path):
+        return paramiko.SSHConfig()
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise SshFileError(path, f"cannot be read ({os_reason(exc)})",
+                           hint="make it readable for the user gpuops runs as, or move it away") from None
+    return paramiko.SSHConfig.from_text(text)
 
 
 def _user_known_hosts(cfg: Any) -> str:
