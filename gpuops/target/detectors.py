@@ -14,12 +14,12 @@ in the playbook); without one they are replaced by one ``no-baseline`` note.
 from __future__ import annotations
 
 import re
-import statistics
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from .smi import GpuSample
+from .telemetry import median
 
 __all__ = [
     "ABORT", "DEFAULTS", "NOTE", "WARN", "Baseline", "Detectors", "Finding", "RECOMPILE_MARK", "RULES", "resolve",
@@ -221,7 +221,7 @@ class Detectors:
         found = self._note_few_figures(t, cfg, len(values))
         if b is None or not b.throughput:
             return found
-        measured = statistics.median(values) if len(values) >= MIN_FIGURES else None
+        measured = median(values) if len(values) >= MIN_FIGURES else None
         bad = None if measured is None else measured < cfg["min_ratio"] * b.throughput
         began = self._episode(THROUGHPUT_DROP, None, window).starts(t, bad)
         if not began or measured is None:
@@ -259,7 +259,7 @@ class Detectors:
         level = ((self.baseline.gpu_memory or {}) if self.baseline else {}).get(gpu)
         if not level or level <= 0:
             return []
-        measured = statistics.median(values) if len(values) >= MIN_FIGURES else None
+        measured = median(values) if len(values) >= MIN_FIGURES else None
         ratio = None if measured is None else measured / level
         bad = None if ratio is None else not (1.0 / cfg["max_ratio"] <= ratio <= cfg["max_ratio"])
         began = self._episode(MEMORY_SHIFT, gpu, cfg["window"]).starts(t, bad)

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import re
-import statistics
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union
@@ -62,6 +61,13 @@ class Sample:
     def memory(self, gpu: int) -> int | None:
         """This sample's memory on gpu (MiB), None when not measured."""
         return self.gpus.get(gpu, (None, None))[0]
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value (the mean of the middle two for an even count); not statistics': 4 ms to import."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _compact(value: float) -> Union[int, float]:
@@ -171,7 +177,7 @@ def read_samples(run_dir: str) -> List[Sample]:
 
 
 def _median_int(values: Sequence[int]) -> int | None:
-    return int(round(statistics.median(values))) if values else None
+    return int(round(median(values))) if values else None
 
 
 def _bucket_line(start: float, span: float, group: Sequence[Sample]) -> str:
@@ -187,7 +193,7 @@ def _bucket_line(start: float, span: float, group: Sequence[Sample]) -> str:
         obj["p"] = {str(g): max(p.get(g, 0) for p in procs) for g in sorted({g for p in procs for g in p})}
     tps = [s.throughput for s in group if s.throughput is not None]
     if tps:
-        obj["tp"] = _compact(statistics.median(tps))
+        obj["tp"] = _compact(median(tps))
     return json.dumps(obj, separators=(",", ":"))
 
 
@@ -275,7 +281,7 @@ class Figures:
         """The median since the last take (None if none was logged), and start over."""
         if not self._values:
             return None
-        value = statistics.median(self._values)
+        value = median(self._values)
         self._values.clear()
         return value
 
