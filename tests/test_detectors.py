@@ -182,3 +182,12 @@ def good_run(run: Path, det: Detectors, rng: random.Random) -> List[Tuple[float,
             log.append(t, gpus, {g: 1 for g in gpus}, figures.take())
             found += [(tick, f) for f in det.judge(t)]
     return found
+
+
+def test_without_a_baseline_the_jump_to_the_eager_level_still_shows_as_volatile() -> None:
+    found = simulate(Detectors(CONFIG, None, T0), 600, flat(COMPILED), lambda t: LEVEL if t < 300 else EAGER_LEVEL)
+    assert rules(found) == ["no-baseline", "gpu-memory-volatile"]
+    at, finding = found[1]
+    assert 300 <= at <= 300 + 2 * INTERVAL
+    assert (finding.figures["first"], finding.figures["last"]) == (LEVEL, EAGER_LEVEL)
+    assert "jumps to a new level" in finding.advice

@@ -169,8 +169,8 @@ class Detectors:
         """A log line; `Recompiling function` lines after settle mean a shape the warmup missed."""
         match = _RECOMPILED.search(line)
         section = self.config["compile_after_warmup"]
-        if match and section is not None and t >= self.started + section["settle"]:
-            self._recompiles.append((t, match.group(1)))
+        if match and section is not None and t >= self.started + section["settle"] and len(self._recompiles) < 1000:
+            self._recompiles.append((t, match.group(1)))  # judge() takes them; the cap bounds a judge that never comes
 
     # -- verdicts ------------------------------------------------------------------------------
     def judge(self, t: float) -> List[Finding]:
@@ -279,13 +279,13 @@ class Detectors:
         began = self._episode(MEMORY_VOLATILE, gpu, cfg["window"]).starts(t, bad)
         if not began or swing is None:
             return []
-        message = "GPU %d memory swings %s-%s MiB (%s MiB > %s) over the last %g s" % (
-            gpu, _n(min(values)), _n(max(values)), _n(swing), _n(cfg["max_swing_mib"]), cfg["window"])
-        advice = ("memory that rises and falls each step is eager code allocating per step (seen with "
-                  "empty_cache or expandable_segments): " + EAGER_ADVICE)
-        figures = {"measured": swing, "min": min(values), "max": max(values), "gpu": gpu, "window": cfg["window"],
-                   "n": len(values), "max_swing_mib": cfg["max_swing_mib"], "baseline": None, "ratio": None,
-                   **self._base()}
+        message = "GPU %d memory ranged %s-%s MiB (%s MiB > %s) within the last %g s, now %s MiB" % (
+            gpu, _n(min(values)), _n(max(values)), _n(swing), _n(cfg["max_swing_mib"]), cfg["window"], _n(values[-1]))
+        advice = ("memory that swings by GBs each step, or jumps to a new level mid-run, is eager code allocating "
+                  "per step (empty_cache, expandable_segments) or the switch to the eager fallback: " + EAGER_ADVICE)
+        figures = {"measured": swing, "min": min(values), "max": max(values), "first": values[0], "last": values[-1],
+                   "gpu": gpu, "window": cfg["window"], "n": len(values), "max_swing_mib": cfg["max_swing_mib"],
+                   "baseline": None, "ratio": None, **self._base()}
         return [Finding(MEMORY_VOLATILE, cfg["action"], message, advice, figures)]
 
     def _judge_compile(self, t: float) -> List[Finding]:
