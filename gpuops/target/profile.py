@@ -27,7 +27,8 @@ from .detectors import Baseline
 from .records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
 
-__all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile"]
+__all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile",
+           "weighted_median"]
 
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 
