@@ -12,6 +12,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -122,3 +123,25 @@ def test_the_shipped_files_are_valid_and_dry_run() -> None:
         assert validated.code == 0, validated
         planned = gpuops("launch", "--dry-run", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
         assert planned.code == 0 and planned.text.startswith("# gpuops launch --dry-run: target "), planned
+
+
+# --- numbers that are not a usable number of seconds ------------------------------------------
+
+LOCAL_PAIR = PAIRS[1]
+NOT_SECONDS = ["nan", "inf", "-inf", "1e999", "0", "-1"]
+SECONDS_OPTIONS = [("launch", "--dry-run", "--timeout"), ("logs", "-f", "--timeout"), ("status", "--watch")]
+# `status --watch` takes an optional value: click reads `--watch=-inf` as --watch (2 s) then `-i nf`.
+SECONDS_CASES = [(c, v) for c in SECONDS_OPTIONS for v in NOT_SECONDS if (c[-1], v) != ("--watch", "-inf")]
+
+
+@pytest.mark.parametrize(("command", "value"), SECONDS_CASES)
+def test_seconds_options_refuse_non_finite_and_non_positive_numbers(command: tuple[str, ...], value: str) -> None:
+    *words, option = command
+    inventory, playbook = LOCAL_PAIR
+    result = gpuops(*words, f"{option}={value}", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
+    check(result, [])
+    assert result.code == 2, result
+    if option == "--watch" and value.startswith("-"):  # the same click rule: "-1" is read as an option
+        assert f"Error: No such option '{value}'" in result.err, result
+    else:
+        assert f"Invalid value for '{option}': '{value}' is not a positive, finite number of seconds" in result.err, result

@@ -8,6 +8,7 @@ from gpuops import __version__
 from gpuops.cli.common import (
     boundary, inventory_option, json_option, playbook_option, target_option, verbose_option,
 )
+from gpuops.cli.params import Seconds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -27,7 +28,7 @@ def main() -> None:
 @click.option("--detach", is_flag=True, help="Return once the run is started (exit 0).")
 @click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Stop the run after SECONDS and exit 124.")
+@click.option("--timeout", type=Seconds(), help="Stop the run after SECONDS and exit 124.")
 @json_option
 @verbose_option
 @boundary
@@ -43,7 +44,7 @@ def launch(inventory, playbook, target, detach, dry_run, yes, timeout, as_json, 
 @inventory_option
 @playbook_option
 @target_option(multiple=True)
-@click.option("--watch", "watch_every", type=float, is_flag=False, flag_value=2.0, default=None,
+@click.option("--watch", "watch_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
               help="Refresh in place every N seconds (default 2).")
 @json_option
 @verbose_option
@@ -62,7 +63,7 @@ def status(inventory, playbook, targets, watch_every, as_json, verbose) -> int:
 @click.option("-f", "--follow", is_flag=True, help="Stream the log live and apply the watch rules.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
 @click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="With --follow: stop the run after SECONDS, exit 124.")
+@click.option("--timeout", type=Seconds(), help="With --follow: stop the run after SECONDS, exit 124.")
 @json_option
 @verbose_option
 @boundary

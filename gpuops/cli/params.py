@@ -1,0 +1,23 @@
+"""Click option types: a value click would take but gpuops cannot use is a usage error (exit 2)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds: click's float takes 'nan' and 'inf', which never fire."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return seconds
