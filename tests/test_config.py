@@ -14,6 +14,8 @@ from gpuops.config import load_inventory, load_playbook, resolve_target
 from gpuops.config.model import EnvVar, Preflight, RuleSpec
 from gpuops.errors import ConfigError, Mark, UsageError
 
+from bench.cli import gpuops
+
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = "launch: {session: s, command: c}\n"
 
@@ -665,6 +667,67 @@ def test_secrets_list_contradicts_flag(tmp_path: Path) -> None:
     assert playbook_error(tmp_path, LAUNCH + "secrets: [A]\nenv:\n  A: {value: x, secret: false}\n") == (
         "4:3: env 'A' says secret: false but is listed in secrets"
     )
+
+
+def test_from_env_value_that_is_not_utf8_is_refused_by_validate_and_launch(tmp_path: Path) -> None:
+    pb = write(tmp_path, "target: local\n" + LAUNCH + "env:\n  HUB: {from_env: HUB_TOKEN}\n")
+    bad = {"HOME": str(tmp_path), "HUB_TOKEN": "hf_sekrit\udc80"}  # bytes 0x80: what os.environ gives for them
+    expected = f"gpuops: error: {pb}:4:19: environment variable 'HUB_TOKEN' (read by env 'HUB' with from_env) is not valid UTF-8"
+    for command in (["validate"], ["launch", "--yes"]):
+        result = gpuops(*command, "-i", str(ROOT / "inventories/local.yaml"), "-p", pb, env=bad)
+        assert result.code == 2 and result.err.splitlines()[0] == expected, result
+        assert "sekrit" not in result.err + result.text, result
+    assert not (tmp_path / ".gpuops").exists()  # refused before anything ran: no run directory
+
+
+def test_secret_shorter_than_3_characters_is_a_validate_warning(tmp_path: Path) -> None:
+    text = LAUNCH + "env:\n  HUB_TOKEN: ab\n  PIN: {value: '7', secret: true}\n  TAG: ab\n  DB_PASSWORD: abc\n  NO_KEY: ''\n"
+    pb = write(tmp_path, text)
+    warnings = [
+        f"{pb}:3:3: secret env 'HUB_TOKEN' is shorter than 3 characters: gpuops cannot mask it in its output",
+        f"{pb}:4:3: secret env 'PIN' is shorter than 3 characters: gpuops cannot mask it in its output",
+    ]
+    assert load_playbook(pb, environ={}).warnings == tuple(warnings)
+    result = gpuops("validate", "-p", pb)
+    assert result.code == 0 and result.err.splitlines()[1:] == [f"warning: {w}" for w in warnings], result
+    as_json = gpuops("validate", "--json", "-p", pb)
+    assert as_json.code == 0 and as_json.events()[-1]["warnings"] == warnings, as_json
+
+
+def test_a_playbook_without_findings_has_no_warnings(tmp_path: Path) -> None:
+    result = gpuops("validate", "--json", "-p", str(ROOT / "playbooks/dflash.yaml"))
+    assert result.code == 0 and result.events()[-1]["warnings"] == [], result
+
+
+def test_env_string_over_max_arg_strlen_is_refused_by_validate(tmp_path: Path) -> None:
+    limit = 131072 - len("BIG=") - 1  # the kernel counts NAME=value and its NUL
+    pb = write(tmp_path, LAUNCH + f"env:\n  BIG: {'x' * limit}\n")
+    assert gpuops("validate", "-p", pb).code == 0
+    pb = write(tmp_path, LAUNCH + f"env:\n  BIG: {'x' * (limit - 1)}é\n")  # é is two bytes
+    result = gpuops("validate", "-p", pb)
+    assert result.code == 2 and result.err.startswith(
+        f"gpuops: error: {pb}:3:8: env 'BIG' is too large to pass: BIG=value is 131072 bytes, and Linux refuses "
+        "any single environment string over 131072 bytes, its NUL included (MAX_ARG_STRLEN)"
+    ), result
+
+
+def test_env_from_env_over_max_arg_strlen_is_refused(tmp_path: Path) -> None:
+    message = playbook_error(tmp_path, LAUNCH + "env:\n  BIG: {from_env: HUGE}\n", environ={"HUGE": "x" * 131068})
+    assert message.startswith(
+        "3:19: environment variable 'HUGE' (read by env 'BIG' with from_env) is too large to pass: BIG=value is "
+        "131072 bytes"
+    ), message
+
+
+def test_env_over_1_mib_in_all_is_refused(tmp_path: Path) -> None:
+    value = "x" * 120_000
+    names = [f"V{i}" for i in range(9)]  # aliases: 9 x 120 kB of env from a 120 kB file
+    text = LAUNCH + f"env:\n  {names[0]}: &v {value}\n" + "".join(f"  {n}: *v\n" for n in names[1:])
+    message = playbook_error(tmp_path, text)
+    assert message.startswith(
+        "11:3: env 'V8' brings the environment to 1080036 bytes (NAME=value strings), over gpuops' limit of 1 MiB"
+    ), message
+    assert len(load_playbook(write(tmp_path, text.rsplit("  V8", 1)[0]), environ={}).env) == 8
 
 
 # launch session

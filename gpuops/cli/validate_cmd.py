@@ -19,12 +19,14 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
     unset: list[str] = []
+    warnings: tuple[str, ...] = ()
     if playbook:
         # The file is what is checked: a from_env variable missing here (a CI lint without the
         # secrets) is a note, not an error; launch refuses to start without it.
         pb = load_playbook(playbook, need_env=False)
         checked.append(f"{playbook}: playbook '{pb.name}', session '{pb.launch.session}'")
         unset = [v.from_env for v in pb.env if v.from_env and v.from_env not in os.environ]
+        warnings = pb.warnings
     if inv is not None and pb is not None and (target or pb.target):
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")
@@ -32,11 +34,13 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         from gpuops.cli.render import JsonRenderer
         from gpuops.flow.events import Outcome
 
-        data = {"checked": checked, "unset_env": unset}
+        data = {"checked": checked, "unset_env": unset, "warnings": list(warnings)}
         JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", data), target or (pb.target if pb else None) or "")
     else:
         for line in checked:
             sys.stderr.write(f"ok: {line}\n")
         for var in unset:
             sys.stderr.write(f"note: {var} is not set here; the playbook's env reads it (from_env), so launch will need it\n")
+        for warning in warnings:
+            sys.stderr.write(f"warning: {warning}\n")
     return ExitCode.OK

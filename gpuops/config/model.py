@@ -123,6 +123,7 @@ class Playbook:
     watch: Watch = field(default_factory=Watch)
     abort: Abort = field(default_factory=Abort)
     target_mark: Mark | None = None
+    warnings: tuple[str, ...] = ()  # "FILE:LINE:COL: message": fine to run, worth a look (validate, launch)
 
     @property
     def secrets(self) -> tuple[str, ...]:

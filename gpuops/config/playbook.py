@@ -28,6 +28,9 @@ WATCH_KEYS = ("builtin", "rules", "stall_timeout")
 RULE_KEYS = ("name", "pattern", "action")
 ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
+MAX_ENV_STRING = 131072  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value (its NUL counted)
+MAX_ENV_TOTAL = 1 << 20  # all of env: ARG_MAX (often 2 MiB) also holds the target's own environment
+MASK_MIN = 3  # gpuops.flow.job masks secrets of at least this many characters (masking 'a' mangles every line)
 SESSION_MAX = 100  # tmux takes more; gpuops names files after it (~/.gpuops/locks/<session>.holder)
 # Signals that stop a process by default, by their portable names.
 SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM", "PIPE")
@@ -43,6 +46,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
     root = load(path)
     if root is None:
         raise ConfigError(Mark(path, 1, 1), "the file is empty; expected a playbook (launch: is required)")
+    warnings: list[str] = []
     top = s.Section(root, "the playbook", PLAYBOOK_KEYS)
     name_node = top.get("name")
     target_node = top.get("target")
@@ -53,12 +57,13 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         target=s.name(target_node, "a target name") if target_node else None,
         target_mark=target_node.mark if target_node else None,
         workdir=s.nonempty(workdir_node, "a directory") if workdir_node else None,
-        env=_env(top, environ, need_env),
+        env=_env(top, environ, need_env, warnings),
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
         launch=_launch(top.require("launch", "a mapping with session and command")),
         watch=_watch(top.get("watch")),
         abort=_abort(top.get("abort")),
+        warnings=tuple(warnings),
     )
 
 
@@ -74,7 +79,7 @@ def _identifier(node: Node, what: str) -> str:
     )
 
 
-def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple[EnvVar, ...]:
+def _env(top: s.Section, environ: Env[str, str], need_env: bool, warnings: list[str]) -> tuple[EnvVar, ...]:
     listed: dict[str, Mark] = {}
     secrets_node = top.get("secrets")
     for item in s.items(secrets_node, "env variable names") if secrets_node else ():
@@ -83,14 +88,28 @@ def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple
             raise ConfigError(item.mark, f"'{var}' is listed twice in secrets")
         listed[var] = item.mark
     variables: list[EnvVar] = []
+    total = 0
     env_node = top.get("env")
     for key, node in s.entries(env_node, "env") if env_node else ():
         var = _identifier(key, "an environment variable name")
-        value, secret, source = _env_value(var, node, environ, need_env)
+        value, secret, source, where = _env_value(var, node, environ, need_env)
         if secret is False and var in listed:
             raise ConfigError(key.mark, f"env '{var}' says secret: false but is listed in secrets")
         if secret is None:
             secret = var in listed or SECRET_NAME.search(var) is not None
+        total += _env_size(var, value, source, where)
+        if total > MAX_ENV_TOTAL:
+            raise ConfigError(
+                key.mark,
+                f"env '{var}' brings the environment to {total} bytes (NAME=value strings), over gpuops' limit of "
+                "1 MiB in all: Linux starts no program whose environment and arguments pass ARG_MAX (often 2 MiB), "
+                "and the target adds its own",
+            )
+        if secret and 0 < len(value) < MASK_MIN:
+            warnings.append(
+                f"{key.mark}: secret env '{var}' is shorter than {MASK_MIN} characters: "
+                "gpuops cannot mask it in its output"
+            )
         variables.append(EnvVar(var, value, secret, source))
     names = {v.name for v in variables}
     for var, mark in listed.items():
@@ -99,14 +118,30 @@ def _env(top: s.Section, environ: Env[str, str], need_env: bool = True) -> tuple
     return tuple(variables)
 
 
-def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = True) -> tuple[str, bool | None, str | None]:
-    """The value, the explicit secret flag (None: decided by name and the secrets list) and the
-    local variable it comes from (from_env), if any."""
+def _env_size(var: str, value: str, source: str | None, where: Mark) -> int:
+    """Bytes NAME=value takes in a process's environment, its NUL included; refused past MAX_ARG_STRLEN."""
+    size = len(var) + len(value.encode("utf-8")) + 2
+    if size > MAX_ENV_STRING:
+        what = f"environment variable '{source}' (read by env '{var}' with from_env)" if source else f"env '{var}'"
+        raise ConfigError(
+            where,
+            f"{what} is too large to pass: {var}=value is {size - 1} bytes, and Linux refuses any single "
+            f"environment string over {MAX_ENV_STRING} bytes, its NUL included (MAX_ARG_STRLEN), so the job "
+            "could never start with it",
+        )
+    return size
+
+
+def _env_value(
+    var: str, node: Node, environ: Env[str, str], need_env: bool = True
+) -> tuple[str, bool | None, str | None, Mark]:
+    """The value, the explicit secret flag (None: decided by name and the secrets list), the
+    local variable it comes from (from_env), if any, and where the value is written."""
     what = f"a string or number for env '{var}'"
     if isinstance(node, Scalar):
         if node.kind == "null":
             raise ConfigError(node.mark, f"env '{var}' has no value; write \"\" for an empty string")
-        return s.text(node, what), None, None
+        return s.text(node, what), None, None, node.mark
     sec = s.Section(node, f"env '{var}'", ENV_VALUE_KEYS)
     secret_node = sec.get("secret")
     secret = s.boolean(secret_node) if secret_node else None
@@ -116,17 +151,31 @@ def _env_value(var: str, node: Node, environ: Env[str, str], need_env: bool = Tr
     if from_node is not None:
         source = _identifier(from_node, "an environment variable name")
         if source not in environ and not need_env:
-            return "", True if secret is None else secret, source
+            return "", True if secret is None else secret, source, from_node.mark
         if source not in environ:
             raise ConfigError(
                 from_node.mark, f"environment variable '{source}' is not set (env '{var}' reads it with from_env)"
             )
-        return environ[source], secret, source
+        value = environ[source]
+        if not _is_utf8(value):  # os.environ keeps undecodable bytes as lone surrogates; never show them
+            raise ConfigError(
+                from_node.mark,
+                f"environment variable '{source}' (read by env '{var}' with from_env) is not valid UTF-8",
+            )
+        return value, secret, source, from_node.mark
     if value_node is None:
         if sec.given("value"):
             raise ConfigError(sec.key_mark("value"), f"env '{var}' has no value; write \"\" for an empty string")
         raise ConfigError(sec.mark, f"missing key 'value' or 'from_env' in env '{var}'")
-    return s.text(value_node, what), secret, None
+    return s.text(value_node, what), secret, None, value_node.mark
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _preflight(node: Node | None) -> Preflight:
