@@ -8,16 +8,17 @@ from typing import Any
 
 from gpuops.cli.common import load_job, report_cost
 from gpuops.cli.drive import drive, interrupted_abort, renderer
+from gpuops.cli.junit import NO_REPORT
 from gpuops.errors import ExitCode
 from gpuops.flow.events import Outcome
 
 
 def run_launch(inventory: str | None, playbook: str | None, target: str | None, *, detach: bool, dry_run: bool,
-               yes: bool, timeout: float | None, as_json: bool, verbose: bool) -> int:
+               yes: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
     if dry_run:
         return _dry_run(inventory, playbook, target, as_json)
     job = load_job(inventory, playbook, target)
-    render = renderer(as_json, verbose)
+    render = report.wrap(renderer(as_json, verbose), job)  # --junit records what is rendered
     if not (yes or as_json) and sys.stdin.isatty() and sys.stderr.isatty():
         import click
 

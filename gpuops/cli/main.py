@@ -5,10 +5,14 @@ from __future__ import annotations
 import click
 
 from gpuops import __version__
+from gpuops.cli import complete
 from gpuops.cli.common import (
     boundary, inventory_option, json_option, playbook_option, target_option, verbose_option,
 )
 from gpuops.cli.params import Seconds
+
+junit_option = click.option("--junit", metavar="PATH", help="Also write a JUnit XML report to PATH for CI test pages "
+                            "(testcases: preflight, each warmup GPU, training).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -29,15 +33,20 @@ def main() -> None:
 @click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
 @click.option("--timeout", type=Seconds(), help="Stop the run after SECONDS and exit 124.")
+@junit_option
 @json_option
 @verbose_option
 @boundary
-def launch(inventory, playbook, target, detach, dry_run, yes, timeout, as_json, verbose) -> int:
+def launch(inventory, playbook, target, detach, dry_run, yes, timeout, junit, as_json, verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
+    from gpuops.cli.junit import Report
     from gpuops.cli.launch_cmd import run_launch
 
-    return run_launch(inventory, playbook, target, detach=detach, dry_run=dry_run, yes=yes, timeout=timeout,
-                      as_json=as_json, verbose=verbose)
+    if junit and dry_run:
+        raise click.UsageError("--junit does not apply to --dry-run (nothing runs)")
+    with Report(junit, "launch", target) as report:
+        return run_launch(inventory, playbook, target, detach=detach, dry_run=dry_run, yes=yes, timeout=timeout,
+                          as_json=as_json, verbose=verbose, report=report)
 
 
 @main.command()
@@ -100,3 +109,6 @@ def validate(inventory, playbook, target, as_json) -> int:
     from gpuops.cli.validate_cmd import run_validate
 
     return run_validate(inventory, playbook, target, as_json=as_json)
+
+
+complete.install(main)  # -t completes targets and groups from the inventory; -i, -p, --junit complete files
