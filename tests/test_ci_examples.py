@@ -1,0 +1,321 @@
+"""docs/ci/*.yml run as the CI systems run them: their shell steps, unchanged, with bash, against the bench.
+
+GitHub Actions: the `run:` steps in order, each a fresh `bash --noprofile --norc -eo pipefail` with
+the workflow/job/step env, GITHUB_ENV/GITHUB_PATH carried between steps and `if:` honoured.
+GitLab CI: before_script + script in one shell, after_script in another, as the runner does. The
+secrets come in as CI provides them (environment variables): the bench's client key, which the
+pipeline loads into a real ssh-agent, and the bench's known_hosts line. Only `uses:` steps
+(checkout, setup-python, upload-artifact) are not run: the test lays out the workspace instead and
+checks that what upload-artifact / artifacts:paths name exists and holds the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import FakeProxmox, SshServer, wait_until
+from bench.inventory import host_entry
+from test_junit import check_shape
+
+REPO = Path(__file__).resolve().parent.parent
+GITHUB = REPO / "docs" / "ci" / "github-actions.yml"
+GITLAB = REPO / "docs" / "ci" / "gitlab-ci.yml"
+STEP_TIMEOUT = 300
+# What stands in for the CI machine's own settings: gpuops is the one installed here (pip finds it
+# satisfied, and never goes to an index), and the tests' python comes first on PATH.
+OVERRIDES = {"GPUOPS_PIP_SPEC": "gpuops", "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+_EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+@dataclass
+class Ran:
+    """What a pipeline run left: each step's exit code, the workspace, the artifacts it names."""
+
+    codes: dict[str, int]
+    workspace: Path
+    artifacts: list[Path]
+    outputs: dict[str, str]
+    agent_pid: int | None = None
+    step_summary: str = ""
+    junit: list[Path] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(self.codes.values())
+
+
+@dataclass
+class Bench:
+    sshd: SshServer
+    fake: FakeProxmox
+    tmp: Path
+
+    def workspace(self, command: str, *, policy: str = "strict") -> Path:
+        """The checked-out repository: an inventory that names no key or known_hosts file, and a playbook."""
+        ws = self.tmp / "workspace"
+        (ws / "inventories").mkdir(parents=True, exist_ok=True)
+        (ws / "playbooks").mkdir(exist_ok=True)
+        host = {k: v for k, v in host_entry(self.sshd, policy=policy).items() if k not in ("identity_file", "known_hosts")}
+        (ws / "inventories" / "lab.yaml").write_text(yaml.safe_dump(
+            {"hosts": {"pve1": host}, "targets": {"ct200": {"host": "pve1", "ctid": 200, "gpus": list(range(8))}}}))
+        (ws / "playbooks" / "train.yaml").write_text(yaml.safe_dump({
+            "name": "ci-train", "preflight": {"gpus": [5, 6]},
+            "warmup": {"gpus": [5], "command": "fake-warmup --gpu {gpu} --duration 0.2 --steps 2", "timeout": 60},
+            "launch": {"session": "ci-train", "command": command},
+            "watch": {"stall_timeout": 60}, "abort": {"grace": 3},
+        }, sort_keys=False))  # fmt: skip
+        return ws
+
+    def secrets(self) -> dict[str, str]:
+        return {"GPUOPS_SSH_KEY": self.sshd.client_key.read_text(), "GPUOPS_KNOWN_HOSTS": self.sshd.known_hosts_line()}
+
+    def base_env(self) -> dict[str, str]:
+        home = self.tmp / "home"
+        home.mkdir(exist_ok=True)
+        keep = ("LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "TMPDIR")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        return {**env, "HOME": str(home), "CI": "true", "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
+
+    def stop_run(self) -> None:
+        """Detached runs: stop them with the key the tests hold (the pipeline's agent is gone)."""
+        from bench.cli import CtCli
+        from bench.inventory import write_inventory
+
+        ct = CtCli(self.fake, write_inventory(self.tmp / "stop.yaml", self.sshd), self.tmp / "workspace/playbooks/train.yaml",
+                   session="ci-train")
+        assert ct.gpuops("stop").code == 0
+
+
+@pytest.fixture
+def bench(tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> Bench:
+    return Bench(sshd, fake_proxmox, tmp_path)
+
+
+# -- GitHub Actions -------------------------------------------------------------------------------
+
+
+def expression(text: str, ctx: dict[str, dict[str, str]]) -> str:
+    """The `${{ ... }}` the example uses: secrets.X, inputs.X, 'literal', and `a || b`; anything else fails."""
+
+    def one(found: re.Match[str]) -> str:
+        for part in found.group(1).split("||"):
+            part = part.strip()
+            if re.fullmatch(r"'[^']*'", part):
+                value = part[1:-1]
+            else:
+                scope, _, name = part.partition(".")
+                assert scope in ctx and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name), f"keep it simple: ${{{{ {part} }}}}"
+                value = ctx[scope].get(name, "")
+            if value:
+                return value
+        return ""
+
+    return _EXPR.sub(one, str(text))
+
+
+def should_run(condition: str, failed: bool) -> bool:
+    return {"always()": True, "success()": not failed, "failure()": failed}[condition]
+
+
+def github_env_file(path: Path) -> dict[str, str]:
+    """GITHUB_ENV: NAME=value lines and NAME<<DELIMITER blocks."""
+    out: dict[str, str] = {}
+    lines = path.read_text().splitlines() if path.exists() else []
+    while lines:
+        line = lines.pop(0)
+        if "<<" in line and "=" not in line.split("<<")[0]:
+            name, delimiter = line.split("<<", 1)
+            value = []
+            while lines and lines[0] != delimiter:
+                value.append(lines.pop(0))
+            lines.pop(0)
+            out[name] = "\n".join(value)
+        elif line:
+            name, _, value = line.partition("=")
+            out[name] = value
+    return out
+
+
+def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[str, str]) -> Ran:
+    flow = yaml.safe_load(GITHUB.read_text())
+    assert flow["defaults"]["run"]["shell"] == "bash" and list(flow["jobs"]) == ["train"]
+    job = flow["jobs"]["train"]
+    temp = bench.tmp / "runner-temp"
+    temp.mkdir()
+    files = {name: temp / name for name in ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY")}
+    ctx = {"secrets": secrets, "inputs": inputs}
+    env = {**bench.base_env(), "GITHUB_ACTIONS": "true", "RUNNER_TEMP": str(temp), "GITHUB_WORKSPACE": str(ws),
+           **{k: str(p) for k, p in files.items()}, **{k: expression(v, ctx) for k, v in flow.get("env", {}).items()},
+           **{k: expression(v, ctx) for k, v in job.get("env", {}).items()}, **OVERRIDES}  # fmt: skip
+    ran = Ran({}, ws, [], {})
+    for number, step in enumerate(job["steps"]):
+        if not should_run(step.get("if", "success()"), ran.failed):
+            continue
+        if "uses" in step:
+            if step["uses"].startswith("actions/upload-artifact@"):
+                ran.artifacts.append(ws / step["with"]["path"])
+            continue
+        assert "${{" not in step["run"], f"step {step['name']!r}: expressions go in env:, the script stays plain shell"
+        script = temp / f"step-{number}.sh"
+        script.write_text(step["run"])
+        extra = [line for line in files["GITHUB_PATH"].read_text().splitlines()] if files["GITHUB_PATH"].exists() else []
+        step_env = {**env, **github_env_file(files["GITHUB_ENV"]),
+                    **{k: expression(v, ctx) for k, v in step.get("env", {}).items()}}  # fmt: skip
+        step_env["PATH"] = ":".join([*reversed(extra), env["PATH"]])
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=ws, env=step_env,
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+        ran.codes[step["name"]] = done.returncode
+        ran.outputs[step["name"]] = done.stdout + done.stderr
+    pid = github_env_file(files["GITHUB_ENV"]).get("SSH_AGENT_PID")
+    ran.agent_pid = int(pid) if pid else None
+    ran.step_summary = files["GITHUB_STEP_SUMMARY"].read_text() if files["GITHUB_STEP_SUMMARY"].exists() else ""
+    return ran
+
+
+# -- GitLab CI ------------------------------------------------------------------------------------
+
+
+def run_gitlab(bench: Bench, ws: Path, *, variables: dict[str, str]) -> Ran:
+    ci = yaml.safe_load(GITLAB.read_text())
+    job = ci["train"]
+    env = {**bench.base_env(), "GITLAB_CI": "true", "CI_PROJECT_DIR": str(ws),
+           **{k: str(v) for k, v in ci.get("variables", {}).items()}, **{k: str(v) for k, v in job.get("variables", {}).items()},
+           **variables, **OVERRIDES}  # fmt: skip
+    ran = Ran({}, ws, [ws / p for p in job["artifacts"]["paths"]], {}, junit=[ws / job["artifacts"]["reports"]["junit"]])
+    assert job["artifacts"]["when"] == "always"
+    for name, lines in (("script", job["before_script"] + job["script"]), ("after_script", job["after_script"])):
+        script = bench.tmp / f"gitlab-{name}.sh"
+        script.write_text("\n".join(lines) + "\n")
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=ws, env=env,
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+        if name == "script":
+            pid_file = ws / ".gpuops-ssh-agent.pid"
+            ran.agent_pid = int(pid_file.read_text()) if pid_file.exists() else None
+        ran.codes[name] = done.returncode if name == "script" else 0  # after_script never fails a GitLab job
+        ran.outputs[name] = done.stdout + done.stderr
+    return ran
+
+
+# -- what both leave behind -----------------------------------------------------------------------
+
+
+def run(ci: str, bench: Bench, ws: Path, mode: str = "follow", secrets: dict[str, str] | None = None) -> Ran:
+    secrets = bench.secrets() if secrets is None else secrets
+    if ci == "github":
+        ran = run_github(bench, ws, inputs={"mode": mode}, secrets=secrets)
+    else:
+        ran = run_gitlab(bench, ws, variables={"GPUOPS_MODE": mode, **secrets})
+    try:
+        if ran.agent_pid:  # the pipeline's own last step stops the agent it started (self-hosted runners keep running)
+            wait_until(lambda: not alive(ran.agent_pid), timeout=10, message="the pipeline to stop its ssh-agent")
+    finally:
+        if ran.agent_pid and alive(ran.agent_pid):
+            os.kill(ran.agent_pid, 9)
+    return ran
+
+
+def alive(pid: int | None) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def artifacts(ran: Ran, code: int) -> tuple[ET.Element, dict[str, Any]]:
+    """The uploaded folder holds the JUnit report, the JSON events and the summary: all consistent."""
+    (folder,) = ran.artifacts
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["events.jsonl", "report.xml", "summary.json"], names
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    assert events and all({"ts", "event", "target"} <= set(e) for e in events)
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["exit_code"] == code, summary
+    assert json.loads((folder / "summary.json").read_text()) == summary
+    for path in ran.junit:
+        assert path == folder / "report.xml"
+    root = ET.parse(folder / "report.xml").getroot()
+    check_shape(root)
+    return root, summary
+
+
+def training(root: ET.Element) -> ET.Element:
+    case = root.find("testsuite[@name='ct200']/testcase[@name='training']")
+    assert case is not None
+    return case
+
+
+def launch_code(ci: str, ran: Ran) -> int:
+    return ran.codes["Launch" if ci == "github" else "script"]
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_a_short_run_passes_and_its_report_is_kept(ci: str, bench: Bench) -> None:
+    ran = run(ci, bench, bench.workspace("fake-train --mode steps --steps 3 --interval 0.05 --gpus 5,6"))
+    assert not ran.failed, ran.outputs
+    root, summary = artifacts(ran, 0)
+    assert summary["outcome"] == "succeeded"
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "0", "0", "0")
+    if ci == "github":
+        assert ran.step_summary.startswith("### gpuops: succeeded (exit 0)\n"), ran.step_summary
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_an_fx_race_fails_the_job_and_the_report_still_uploads(ci: str, bench: Bench) -> None:
+    ran = run(ci, bench, bench.workspace("fake-train --mode fx-thread --interval 0.05 --gpus 5,6"))
+    assert launch_code(ci, ran) == 7, ran.outputs
+    root, summary = artifacts(ran, 7)
+    failure = training(root).find("failure")
+    assert failure is not None and failure.get("message") == summary["message"]
+    assert "rule: fx-tracing-race" in (failure.text or "")
+    if ci == "github":
+        assert list(ran.codes.values())[-3:] == [7, 0, 0]  # Launch failed; Summary and Stop ssh-agent still ran
+        assert "### gpuops: aborted (exit 7)" in ran.step_summary and "rule `fx-tracing-race`" in ran.step_summary
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_detach_starts_the_run_and_leaves_it_to_the_watchdog(ci: str, bench: Bench) -> None:
+    ran = run(ci, bench, bench.workspace("fake-train --mode steps --steps 100000 --interval 0.2 --gpus 5,6"), "detach")
+    try:
+        assert not ran.failed, ran.outputs
+        root, summary = artifacts(ran, 0)
+        assert summary["outcome"] == "started"
+        skipped = training(root).find("skipped")
+        assert skipped is not None and (skipped.get("message") or "").startswith("detached: run ")
+        assert bench.fake.tmux(200, "has-session", "-t", "=ci-train").returncode == 0  # still training
+    finally:
+        bench.stop_run()
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_an_inventory_that_trusts_new_host_keys_is_refused_before_connecting(ci: str, bench: Bench) -> None:
+    ran = run(ci, bench, bench.workspace("fake-train --mode steps", policy="accept-new"))
+    refused = ran.codes["script"] if ci == "gitlab" else ran.codes["Refuse trusting new host keys in CI"]
+    assert refused == 1, ran.outputs
+    assert "CI pins host keys" in "".join(ran.outputs.values())
+    assert "Launch" not in ran.codes and bench.sshd.connection_count() == 0
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_a_host_key_not_pinned_is_exit_3_and_nothing_is_trusted(ci: str, bench: Bench) -> None:
+    pinned = bench.sshd.known_hosts_line()
+    bench.sshd.rotate_host_key()  # the host now shows a key the secret does not hold
+    ws = bench.workspace("fake-train --mode steps")
+    ran = run(ci, bench, ws, secrets={**bench.secrets(), "GPUOPS_KNOWN_HOSTS": pinned})
+    assert launch_code(ci, ran) == 3, ran.outputs
+    root, summary = artifacts(ran, 3)
+    assert "HOST KEY CHANGED" in summary["error"]
+    error = root.find("testsuite/testcase[@name='preflight']/error")
+    assert error is not None and error.get("type") == "connect-error"
+    assert (bench.tmp / "home/.ssh/known_hosts").read_text() == pinned + "\n"  # unchanged: nothing was trusted
+    assert not bench.fake.processes(200)
