@@ -283,7 +283,8 @@ def test_unknown_key_suggests_the_closest(tmp_path: Path) -> None:
             stall_timout: 10
         """
     assert playbook_error(tmp_path, text) == (
-        "7:5: unknown key 'stall_timout' in watch (expected one of: builtin, rules, stall_timeout); "
+        "7:5: unknown key 'stall_timout' in watch (expected one of: builtin, builtin_rules, compile_after_warmup, "
+        "gpu_memory, recompiles, rules, sample_interval, stall_auto, stall_timeout, throughput); "
         "did you mean 'stall_timeout'?"
     )
 
@@ -800,7 +801,7 @@ def test_rule_defaults_to_abort(tmp_path: Path) -> None:
 def test_stall_timeout_zero_is_off_and_negative_refused(tmp_path: Path) -> None:
     assert load_playbook(write(tmp_path, LAUNCH + "watch: {stall_timeout: 0}\n"), environ={}).watch.stall_timeout == 0
     assert playbook_error(tmp_path, LAUNCH + "watch: {stall_timeout: -1}\n") == (
-        "2:24: expected a number of seconds >= 0, got -1"
+        "2:24: expected a number of seconds >= 0, got -1 (0 turns it off; auto learns it from the run)"
     )
 
 

@@ -96,10 +96,60 @@ class RuleSpec:
 
 
 @dataclass(frozen=True)
+class StallAuto:
+    """stall_timeout: auto learns the timeout from this run's gaps between log growths (README, watch)."""
+
+    floor: float = 30.0
+    factor: float = 5.0
+    settle: float = 60.0
+    initial: float = 900.0
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """throughput-drop: the median figure over `window` below min_ratio x baseline."""
+
+    pattern: str  # a Python regex; its first group is the figure
+    min_ratio: float = 0.5
+    baseline: float | None = None  # None: the last successful run of this playbook on this target
+    settle: float = 60.0  # seconds after training starts before judging
+    window: float = 30.0
+    action: Literal["warn", "abort"] = "warn"
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """gpu-memory-shift (steady level vs baseline, either way) and gpu-memory-volatile (max - min over window)."""
+
+    max_ratio: float = 1.5
+    max_swing_mib: int = 2048
+    baseline: float | None = None  # MiB; None: the last successful run of this playbook on this target
+    settle: float = 60.0
+    window: float = 30.0
+    action: Literal["warn", "abort", "off"] = "warn"
+
+
+@dataclass(frozen=True)
+class CompileAfterWarmup:
+    """compile-after-warmup: new files in the inductor cache after training started (warmup missed a shape)."""
+
+    settle: float = 60.0
+    action: Literal["warn", "abort", "off"] = "warn"
+    cache_dir: str | None = None  # None: /tmp/torchinductor_<user> on the target; env TORCHINDUCTOR_CACHE_DIR fills it
+
+
+@dataclass(frozen=True)
 class Watch:
     builtin: bool = True
     rules: tuple[RuleSpec, ...] = ()
-    stall_timeout: float = 900.0  # 0 = off
+    stall_timeout: float = 900.0  # 0 = off; with stall_auto, the initial timeout
+    builtin_rules: tuple[tuple[str, str], ...] = ()  # (built-in rule name, abort | warn | off), as written
+    stall_auto: StallAuto | None = None  # set when stall_timeout: auto
+    sample_interval: float = 2.0  # seconds between GPU samples
+    throughput: Throughput | None = None
+    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
+    compile_after_warmup: CompileAfterWarmup = field(default_factory=CompileAfterWarmup)
+    recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
 
 
 @dataclass(frozen=True)

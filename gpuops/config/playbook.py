@@ -13,10 +13,9 @@ from gpuops.config.model import (
     Launch,
     Playbook,
     Preflight,
-    RuleSpec,
     Warmup,
-    Watch,
 )
+from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError, Mark
 
@@ -24,8 +23,6 @@ PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "wa
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
 LAUNCH_KEYS = ("session", "command")
-WATCH_KEYS = ("builtin", "rules", "stall_timeout")
-RULE_KEYS = ("name", "pattern", "action")
 ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
 MAX_ENV_STRING = 131072  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value (its NUL counted)
@@ -51,17 +48,18 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
     name_node = top.get("name")
     target_node = top.get("target")
     workdir_node = top.get("workdir")
+    env = _env(top, environ, need_env, warnings)
     return Playbook(
         path=os.path.abspath(path),
         name=s.name(name_node, "a playbook name") if name_node else _stem(path),
         target=s.name(target_node, "a target name") if target_node else None,
         target_mark=target_node.mark if target_node else None,
         workdir=s.nonempty(workdir_node, "a directory") if workdir_node else None,
-        env=_env(top, environ, need_env, warnings),
+        env=env,
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
         launch=_launch(top.require("launch", "a mapping with session and command")),
-        watch=_watch(top.get("watch")),
+        watch=parse_watch(top.get("watch"), env, warnings),
         abort=_abort(top.get("abort")),
         warnings=tuple(warnings),
     )
@@ -275,61 +273,6 @@ def _session_problem(session: str) -> str | None:
     if len(session) > SESSION_MAX:
         return f"it is longer than {SESSION_MAX} characters"
     return None
-
-
-def _watch(node: Node | None) -> Watch:
-    if node is None:
-        return Watch()
-    sec = s.Section(node, "watch", WATCH_KEYS)
-    fields: dict[str, object] = {}
-    if (n := sec.get("builtin")) is not None:
-        fields["builtin"] = s.boolean(n)
-    if (n := sec.get("stall_timeout")) is not None:
-        fields["stall_timeout"] = s.seconds(n, zero_ok=True)
-    if (n := sec.get("rules")) is not None:
-        fields["rules"] = _rules(n)
-    return Watch(**fields)  # type: ignore[arg-type]
-
-
-def _rules(node: Node) -> tuple[RuleSpec, ...]:
-    rules: list[RuleSpec] = []
-    seen: dict[str, Mark] = {}
-    for index, item in enumerate(s.items(node, "rules (each with name, pattern, action)")):
-        sec = s.Section(item, f"watch.rules[{index}]", RULE_KEYS)
-        name_node = sec.require("name", "a rule name")
-        name = s.name(name_node, "a rule name")
-        if name in seen:
-            first = seen[name]
-            raise ConfigError(
-                name_node.mark, f"duplicate rule name '{name}' (first at line {first.line}, column {first.column})"
-            )
-        seen[name] = name_node.mark
-        pattern_node = sec.require("pattern", "a Python regular expression")
-        pattern = s.text(pattern_node, "a Python regular expression")
-        _check_pattern(pattern_node, pattern, name)
-        action_node = sec.get("action")
-        action = s.choice(action_node, ("abort", "warn"), "an action") if action_node else "abort"
-        rules.append(RuleSpec(name=name, pattern=pattern, action=action))  # type: ignore[arg-type]
-    return tuple(rules)
-
-
-def _check_pattern(node: Node, pattern: str, rule: str) -> None:
-    import re
-    import warnings
-
-    if not pattern:
-        raise ConfigError(node.mark, f"rule '{rule}' has an empty pattern, which would match every line")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            re.compile(pattern)
-    except re.error as exc:
-        where = _at(node, exc.pos) if exc.pos is not None else node.mark
-        raise ConfigError(
-            where, f"pattern of rule '{rule}' is not a valid Python regular expression: {exc.msg}"
-        ) from None
-    except (RecursionError, OverflowError, MemoryError):
-        raise ConfigError(node.mark, f"pattern of rule '{rule}' is too complex to compile") from None
 
 
 def _abort(node: Node | None) -> Abort:

@@ -162,16 +162,26 @@ def integer(node: Node, low: int, high: int | None = None, what: str | None = No
     raise ConfigError(node.mark, f"expected {expected}, got {describe(node)}{_quoted_number_hint(node)}")
 
 
-def seconds(node: Node, *, zero_ok: bool) -> float:
-    """A finite number of seconds, > 0 (or >= 0 where 0 means off)."""
-    bound = ">= 0" if zero_ok else "> 0"
+def seconds(node: Node, *, zero_ok: bool, at_least: float | None = None) -> float:
+    """A finite number of seconds, > 0 (or >= 0 where 0 means off, or >= at_least)."""
+    bound = f">= {at_least:g}" if at_least is not None else ">= 0" if zero_ok else "> 0"
     if isinstance(node, Scalar) and node.kind in ("int", "float"):
         value = _finite(node.text)
-        if value is not None and (value > 0 or (zero_ok and value == 0)):
+        if value is not None and (value > 0 or (zero_ok and value == 0)) and value >= (at_least or 0):
             return value
     raise ConfigError(
         node.mark, f"expected a number of seconds {bound}, got {describe(node)}{_quoted_number_hint(node)}"
     )
+
+
+def number(node: Node, what: str = "a number", *, above: float | None = None, below: float | None = None) -> float:
+    """A finite number strictly between the bounds given; the message states them."""
+    if isinstance(node, Scalar) and node.kind in ("int", "float"):
+        value = _finite(node.text)
+        if value is not None and (above is None or value > above) and (below is None or value < below):
+            return value
+    bounds = " and ".join(f"{op} {bound:g}" for op, bound in ((">", above), ("<", below)) if bound is not None)
+    raise ConfigError(node.mark, f"expected {what} {bounds}, got {describe(node)}{_quoted_number_hint(node)}")
 
 
 def _finite(number: str) -> float | None:
