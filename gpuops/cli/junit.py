@@ -45,7 +45,7 @@ class Case:
         self.out.append(line)
         del self.out[:-OUTPUT_LINES]
 
-    def finish(self, status: str, now: float, **fields: str) -> None:
+    def finish(self, status: str, now: float, **fields: Any) -> None:
         if self.started is not None:
             self.seconds = max(0.0, now - self.started)
         self.status = status
