@@ -7,13 +7,16 @@ plain scalars (only true/false are booleans; "yes", "on" and "0200" stay what th
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from typing import Any, Iterator, Union
 
 from gpuops.errors import ConfigError, Mark, UsageError
 
 MAX_DEPTH = 64  # far beyond any real inventory or playbook; guards against hostile nesting
 MAX_BYTES = 1 << 20  # 1 MiB: real files are a few KiB; bounds what a device such as /dev/zero can make us hold
+_ONCE: dict[str, str] = {}  # what a pipe gave (`-p <(...)`, /dev/stdin): it cannot be read a second time
 
 _STD = "tag:yaml.org,2002:"
 _TAGS = {"str", "int", "float", "bool", "null", "map", "seq", "merge"}
@@ -113,10 +116,14 @@ def describe(node: Node) -> str:
 def read_text(path: str) -> str:
     """The file's text; a missing, unreadable, oversized or non-UTF-8 file is a clear error.
 
-    At most MAX_BYTES are read, so /dev/stdin and `<(...)` pipes work and /dev/zero does not fill memory.
+    At most MAX_BYTES are read, so /dev/stdin and `<(...)` pipes work and /dev/zero does not fill memory;
+    a pipe's text is kept, so a second reader of the same path (a format sniffer) gets it too.
     """
+    if path in _ONCE:
+        return _ONCE[path]
     try:
         with open(path, "rb") as f:
+            once = not stat.S_ISREG(os.fstat(f.fileno()).st_mode)
             data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
@@ -151,6 +158,8 @@ def read_text(path: str) -> str:
             f"character U+{ord(bad.group()):04X} is not allowed in a YAML file "
             f'(in a double-quoted string, write it as "\\u{ord(bad.group()):04X}")',
         )
+    if once:
+        _ONCE[path] = text
     return text
 
 
