@@ -8,8 +8,10 @@ nothing, so the real lab's inventory (10.1.2.6) is safe to use.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 PAIRS = [
     (REPO / "inventories" / "example.yaml", REPO / "playbooks" / "dflash.yaml"),
     (REPO / "inventories" / "local.yaml", REPO / "playbooks" / "demo.yaml"),
+    (REPO / "inventories" / "local.yaml", REPO / "tests" / "data" / "playbooks" / "every-key.yaml"),
 ]
+EVERY_KEY = PAIRS[2][1]
+TOKEN = {"GPUOPS_EVERY_KEY_TOKEN": "hf_fuzz_token"}  # every-key.yaml reads it with from_env
 # Bits of YAML syntax and values a slip of the keyboard (or a bad merge) puts into a file.
 JUNK = [
     ":", ": ", "- ", "-", "{", "}", "[", "]", ",", "&a ", "*a", "<<: *a", "!!python/object:os.system ", "!!binary ",
@@ -30,6 +35,7 @@ JUNK = [
     "\n    - ", "~", "null", "true", "yes", "-1", "0", "1e9999", "0x1F", ".nan", "99999999999999999999", "[]", "{}",
     "[1, 2", "a: b: c", "\\", "\ufeff", "\u2028", "\x85", "\x07", "\x00", "é", "🙂", "\r", "\r\n", "=", "@", "`",
     "{{gpu}}", "{gpu", "{nope}", "(?P<", "*+", "$(touch /tmp/gpuops-fuzz-canary)",
+    ".inf", "-.inf", ".NaN", "1e999", "-1e999", "nan", "inf", "-inf", "auto", "off", "false", "last", "(\\d+)+x",
 ]
 BYTES = [b"\xff\xfe", b"\xc3(", b"\xe2\x82", b"\x80"]
 CLI_TIMEOUT = 60.0  # a hang fails the example instead of blocking the run
@@ -102,7 +108,7 @@ def test_mutated_shipped_files_give_a_clear_message_or_pass(data: st.DataObject)
                               if which != "playbook" else inventory_src.read_bytes())
         playbook.write_bytes(data.draw(mutated(playbook_src.read_bytes()), label="playbook")
                              if which != "inventory" else playbook_src.read_bytes())
-        env = {"HOME": tmp}  # no ~/.ssh/config of the developer's in the way
+        env = {"HOME": tmp, **TOKEN}  # no ~/.ssh/config of the developer's in the way
         validated = gpuops("validate", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT, env=env)
         check(validated, [inventory, playbook])
         event(f"validate exit {validated.code}")
@@ -119,9 +125,10 @@ def test_mutated_shipped_files_give_a_clear_message_or_pass(data: st.DataObject)
 
 def test_the_shipped_files_are_valid_and_dry_run() -> None:
     for inventory, playbook in PAIRS:
-        validated = gpuops("validate", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
+        validated = gpuops("validate", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT, env=TOKEN)
         assert validated.code == 0, validated
-        planned = gpuops("launch", "--dry-run", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT)
+        planned = gpuops("launch", "--dry-run", "-i", str(inventory), "-p", str(playbook), timeout=CLI_TIMEOUT,
+                         env=TOKEN)
         assert planned.code == 0 and planned.text.startswith("# gpuops launch --dry-run: target "), planned
 
 
@@ -145,3 +152,99 @@ def test_seconds_options_refuse_non_finite_and_non_positive_numbers(command: tup
         assert f"Error: No such option '{value}'" in result.err, result
     else:
         assert f"Invalid value for '{option}': '{value}' is not a positive, finite number of seconds" in result.err, result
+
+
+# --- non-finite numbers in the YAML: every number of every key, refused where it is written --------
+
+NOT_FINITE = [".nan", ".inf", "-.inf", "1e999", "nan", "-inf"]
+NUMBER = re.compile(r"(?<=: )-?[0-9]+(?:\.[0-9]+)?(?=[,}\s])")  # 10.1.2.6 is an address, not a number
+
+
+def _number_spots(path: Path) -> list[tuple[int, int]]:
+    """(line, column) of each number written as a key's value in a file."""
+    lines = path.read_text().split("\n")
+    return [(n + 1, m.start() + 1) for n, line in enumerate(lines) for m in NUMBER.finditer(line + "\n")]
+
+
+@pytest.mark.parametrize(("flag", "original", "count"), [("-p", EVERY_KEY, 19), ("-i", PAIRS[0][0], 2)])
+def test_every_number_of_every_key_refuses_non_finite_values(tmp_path: Path, flag: str, original: Path,
+                                                             count: int) -> None:
+    spots = _number_spots(original)
+    assert len(spots) == count, spots  # every numeric key the file sets
+    lines = original.read_text().split("\n")
+    for i, (line, column) in enumerate(spots):
+        value = NOT_FINITE[i % len(NOT_FINITE)]
+        text = lines[line - 1]
+        number = re.compile(r"-?[0-9.]+").match(text, column - 1)
+        assert number is not None
+        changed = tmp_path / original.name
+        changed.write_text("\n".join([*lines[: line - 1], text[: column - 1] + value + text[number.end() :],
+                                       *lines[line:]]))
+        result = gpuops("validate", flag, str(changed), timeout=CLI_TIMEOUT, env=TOKEN)
+        check(result, [changed])
+        assert result.code == 2, (value, text, result)
+        assert result.err.startswith(f"gpuops: error: {changed}:{line}:{column}: expected "), (value, text, result)
+
+
+# --- special files for -i and -p ----------------------------------------------------------------
+
+
+def _fifo(path: Path, data: bytes) -> threading.Thread:
+    """A named pipe that a thread fills with data once gpuops opens it."""
+    os.mkfifo(path)
+
+    def feed() -> None:
+        try:
+            with open(path, "wb") as pipe:
+                pipe.write(data)
+        except BrokenPipeError:  # gpuops stopped reading: it has seen enough
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return writer
+
+
+def _release(path: Path, writer: threading.Thread) -> None:
+    """Unblock a writer that nobody read from (its open waits for a reader)."""
+    if writer.is_alive():
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.close(fd)
+    writer.join(10)
+
+
+SPECIAL = {
+    "/dev/zero": (2, "gpuops: error: /dev/zero: larger than 1 MiB; "),
+    "/dev/urandom": (2, "gpuops: error: /dev/urandom: larger than 1 MiB; "),
+    "/dev/null": (2, "gpuops: error: /dev/null:1:1: the file is empty; expected "),
+    "directory": (2, "gpuops: error: {path}: is a directory, expected a YAML file"),
+    "fifo": (0, "ok: "),
+    "fifo-2mib": (2, "gpuops: error: {path}: larger than 1 MiB; "),
+}
+
+
+@pytest.mark.parametrize("special", sorted(SPECIAL))
+@pytest.mark.parametrize("flag", ["-i", "-p"])
+@pytest.mark.parametrize("command", [("validate",), ("launch", "--dry-run")])
+def test_special_files_give_a_clear_message(tmp_path: Path, command: tuple[str, ...], flag: str, special: str) -> None:
+    inventory, playbook = LOCAL_PAIR
+    own = inventory if flag == "-i" else playbook
+    path, writer = Path(special), None
+    if special == "directory":
+        path = tmp_path / "a-folder.yaml"
+        path.mkdir()
+    elif special.startswith("fifo"):
+        path = tmp_path / "pipe.yaml"
+        writer = _fifo(path, own.read_bytes() if special == "fifo" else b"# " + b"x" * (2 << 20))
+    files = {"-i": str(path if flag == "-i" else inventory), "-p": str(path if flag == "-p" else playbook)}
+    try:
+        result = gpuops(*command, "-i", files["-i"], "-p", files["-p"], timeout=CLI_TIMEOUT)
+    finally:
+        if writer is not None:
+            _release(path, writer)
+    check(result, [path])
+    code, first = SPECIAL[special]
+    said = result.err if command == ("validate",) or code else result.text
+    if code == 0 and command != ("validate",):
+        first = "# gpuops launch --dry-run: target "
+    assert result.code == code and said.startswith(first.format(path=path)), result

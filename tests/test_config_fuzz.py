@@ -15,14 +15,17 @@ from gpuops.errors import ConfigError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ["inventories/example.yaml", "inventories/local.yaml"]
-PLAYBOOKS = ["playbooks/dflash.yaml", "playbooks/demo.yaml"]
+PLAYBOOKS = ["playbooks/dflash.yaml", "playbooks/demo.yaml", "tests/data/playbooks/every-key.yaml"]
+INVENTORY_OF = {PLAYBOOKS[0]: INVENTORIES[0], PLAYBOOKS[1]: INVENTORIES[1], PLAYBOOKS[2]: INVENTORIES[1]}
 SHIPPED = {name: (ROOT / name).read_bytes() for name in INVENTORIES + PLAYBOOKS}
+ENVIRON = {"GPUOPS_EVERY_KEY_TOKEN": "hf_fuzz_token"}  # every-key.yaml reads it with from_env
 
 TOKENS = [
     ":", ": ", "-", "- ", "[", "]", "{", "}", ",", "\t", "'", '"', "\\", "#", "?", "|", ">", "%", "@", "`",
     "&a ", "*a", "!!str ", "!!int ", "!foo ", "!!python/object:os.system ", "<<: *a", "\n", "\n  ", "\n- ",
     "  ", "~", "null", "yes", "on", "1e999", ".nan", "-1", "0", "99999999999999999999999", "{gpu}", "{x}",
     "{{", "}}", "é", "😀", "\u2028", "\x85", "\ufeff", "\r", "---\n", "...\n", "$(reboot)", ";",
+    ".inf", "-.inf", "1e-999", "nan", "inf", "auto", "off", "last", "false", "(\\d+)+", "([0-9.]+)",
 ]
 BYTES = [b"\x00", b"\x07", b"\xff", b"\xc3", b"\xed\xa0\x80"]  # NUL, BEL, non-UTF-8, cut sequence, surrogate
 
@@ -95,12 +98,12 @@ def test_mutated_files_load_or_fail_cleanly(scratch: Path, name: str, edits: lis
     if name in INVENTORIES:
         inventory = check(scratch, data, load_inventory)
         if inventory is not None:
-            playbook = load_playbook(str(ROOT / PLAYBOOKS[INVENTORIES.index(name)]), environ={})
+            playbook = load_playbook(str(ROOT / PLAYBOOKS[INVENTORIES.index(name)]), environ=ENVIRON)
             _resolve(inventory, playbook)
     else:
-        playbook = check(scratch, data, lambda p: load_playbook(p, environ={}))
+        playbook = check(scratch, data, lambda p: load_playbook(p, environ=ENVIRON))
         if playbook is not None:
-            inventory = load_inventory(str(ROOT / INVENTORIES[PLAYBOOKS.index(name)]))
+            inventory = load_inventory(str(ROOT / INVENTORY_OF[name]))
             _resolve(inventory, playbook)
 
 
@@ -124,7 +127,7 @@ def test_mutated_files_with_the_pure_python_parser(
     data = SHIPPED[name]
     for edit in edits:
         data = mutate(data, *edit)
-    check(scratch, data, load_inventory if name in INVENTORIES else lambda p: load_playbook(p, environ={}))
+    check(scratch, data, load_inventory if name in INVENTORIES else lambda p: load_playbook(p, environ=ENVIRON))
 
 
 HOSTILE = {
