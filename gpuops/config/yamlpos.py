@@ -138,6 +138,14 @@ def read_text(path: str) -> str:
         raise UsageError(
             f"{path}: larger than 1 MiB; an inventory or playbook is a few KiB (is this the right file?)"
         )
+    text = _decode(path, data)
+    if once:
+        _ONCE[path] = text
+    return text
+
+
+def _decode(path: str, data: bytes) -> str:
+    """UTF-8 text YAML accepts, or a ConfigError at the first byte or character it does not."""
     data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark: editors do not count it
     try:
         text = data.decode("utf-8")
@@ -158,8 +166,6 @@ def read_text(path: str) -> str:
             f"character U+{ord(bad.group()):04X} is not allowed in a YAML file "
             f'(in a double-quoted string, write it as "\\u{ord(bad.group()):04X}")',
         )
-    if once:
-        _ONCE[path] = text
     return text
 
 
