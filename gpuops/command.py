@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Callable, Iterable, Optional, Union
 
-MASK = "***"
+from gpuops.target.masking import MASK
+
+#: For display: masks secrets a user spelled out inside a word, before the word is quoted
+#: (quoting changes the spelling of a value holding ', so masking after it would miss it).
+Mask = Optional[Callable[[str], str]]
 
 
 @dataclass(frozen=True)
@@ -48,16 +52,17 @@ class Assign:
 Word = Union[str, Secret, Raw, Assign, "Cmd", "Script"]
 
 
-def _render_word(word: Word, display: bool) -> str:
+def _render_word(word: Word, display: bool, mask: Mask) -> str:
     if isinstance(word, Raw):
         return word.text
     if isinstance(word, Secret):
         return MASK if display else shlex.quote(word.value)
     if isinstance(word, Assign):
-        return f"{word.name}=" + _render_word(word.value, display)
+        return f"{word.name}=" + _render_word(word.value, display, mask)
     if isinstance(word, (Cmd, Script)):
-        return shlex.quote(word.render(display=display))
-    return shlex.quote(str(word))
+        return shlex.quote(word.render(display=display, mask=mask))
+    text = str(word)
+    return shlex.quote(mask(text) if display and mask else text)
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,8 @@ class Cmd:
     def __init__(self, *argv: Word) -> None:
         object.__setattr__(self, "argv", tuple(argv))
 
-    def render(self, *, display: bool = False) -> str:
-        return " ".join(_render_word(w, display) for w in self.argv)
+    def render(self, *, display: bool = False, mask: Mask = None) -> str:
+        return " ".join(_render_word(w, display, mask) for w in self.argv)
 
     def words(self) -> list[str]:
         """The argv as strings, for exec without a shell (secrets included)."""
@@ -102,9 +107,10 @@ class Script:
     def __init__(self, *lines: Line) -> None:
         object.__setattr__(self, "lines", tuple(lines))
 
-    def render(self, *, display: bool = False) -> str:
+    def render(self, *, display: bool = False, mask: Mask = None) -> str:
         return "\n".join(
-            line.render(display=display) if isinstance(line, Cmd) else (line.text if isinstance(line, Raw) else line)
+            line.render(display=display, mask=mask) if isinstance(line, Cmd)
+            else (line.text if isinstance(line, Raw) else line)
             for line in self.lines
         )
 

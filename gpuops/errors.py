@@ -177,6 +177,11 @@ class RunAlive(PreflightFailed):
     """A run of this playbook, or a launch of it, is already in progress on the target."""
 
 
+class TargetNotReady(PreflightFailed):
+    """The target lacks what a run needs beside it (python3, tmux, a writable ~/.gpuops), or its
+    watchdog could not start: nothing was started, no run is left unprotected."""
+
+
 class WarmupFailed(GpuopsError):
     """A GPU's warmup exited non-zero or timed out; training was not started."""
 

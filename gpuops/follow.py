@@ -1,12 +1,11 @@
-"""Follow a run's log by byte offset on a raw channel; reconnect and resume without loss or repeats.
+"""Follow a run's log and its watchdog's events by byte offset on a raw channel; reconnect and resume
+without loss or repeats.
 
-A small stdlib-only Python program runs on the target. It sends framed messages:
-`D <inode> <offset> <len>` + bytes, `T <inode>` (truncated: back to 0), `R` (rotated:
-a new file), `H <now> <size> <mtime>` (heartbeat, every second: liveness and stall),
-`E <how> <code>` (the run ended and the log is drained). No message for `dead_after`
-seconds means a dead peer: the client reconnects and resumes from its offset. A heartbeat's
-size is -1 while unknown and -2 while the log file is missing (its mtime is then the last
-growth seen, else when it was found missing).
+The target side is gpuops/target/follow.py; its frames are defined in gpuops/target/protocol.py.
+No frame for `dead_after` seconds means a dead peer: the client reconnects and resumes from
+its offsets. A heartbeat's size is -1 while unknown and -2 while the log file is missing (its
+mtime is then the last growth seen, else when it was found missing); it also says how old the
+watchdog's heartbeat is and how far it has matched.
 """
 
 from __future__ import annotations
@@ -15,95 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from gpuops.command import Cmd, Raw, Script
-from gpuops.errors import ConnectError, GpuopsError
-from gpuops.runs import run_dir
+import json
 
-REMOTE_FOLLOWER = r'''
-import os, sys, time, subprocess
-d, offset, inode, tail, session, once = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1"
-log = os.path.join(d, "log"); out = sys.stdout.buffer
-def w(b):
-    out.write(b); out.flush()
-def ended():
-    for name, how in (("abort.json", b"abort"), ("exit_code", b"exit")):
-        try:
-            with open(os.path.join(d, name), "rb") as fh:
-                text = fh.read(65536).strip()
-        except OSError:
-            continue
-        if how == b"exit":
-            return b"exit " + (text if text.lstrip(b"-").isdigit() else b"-1")
-        return b"abort -"
-    return None
-def tail_offset(path, n):
-    try:
-        with open(path, "rb") as fh:
-            end = fh.seek(0, 2); pos = end; seen = 0; block = 65536
-            while pos > 0:
-                step = min(block, pos); pos -= step; fh.seek(pos); buf = fh.read(step)
-                if pos + step == end and buf.endswith(b"\n"):
-                    buf = buf[:-1]
-                for i in range(len(buf) - 1, -1, -1):
-                    if buf[i] == 10:
-                        seen += 1
-                        if seen == n:
-                            return pos + i + 1
-            return 0
-    except OSError:
-        return 0
-if tail >= 0 and offset == 0:
-    offset = tail_offset(log, tail) if tail > 0 else os.path.getsize(log) if os.path.exists(log) else 0
-f = None; last_hb = 0.0; last_sess = time.time(); end = None; size = -1; mtime = 0.0
-while True:
-    if f is None:
-        try:
-            f = open(log, "rb")
-            st = os.fstat(f.fileno())
-            if inode and st.st_ino != inode:
-                offset = 0
-            inode = st.st_ino
-            if st.st_size < offset:
-                offset = 0; w(b"T %d\n" % inode)
-            f.seek(offset)
-        except OSError:
-            f = None
-            if size != -2:
-                size = -2; mtime = mtime or time.time()
-    got = False
-    if f is not None:
-        data = f.read(1 << 20)
-        if data:
-            w(b"D %d %d %d\n" % (inode, offset, len(data)) + data)
-            offset += len(data); got = True
-        else:
-            try:
-                st = os.stat(log)
-            except OSError:
-                st = None
-            if st is None or st.st_ino != inode:
-                f.close(); f = None; offset = 0; inode = 0; w(b"R\n"); continue
-            size, mtime = st.st_size, st.st_mtime
-            if st.st_size < offset:
-                offset = 0; f.seek(0); w(b"T %d\n" % inode); continue
-    now = time.time()
-    if not got:
-        if end is not None:
-            w(b"E " + end + b"\n"); break
-        if once:
-            w(b"E once -\n"); break
-        end = ended()
-        if end is None and session and now - last_sess >= 1.0:
-            last_sess = now
-            alive = subprocess.call(["tmux", "has-session", "-t", "=" + session], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
-            if not alive:
-                end = ended() or b"gone -"
-        if end is None:
-            time.sleep(0.02)
-    if now - last_hb >= 1.0:
-        w(b"H %.3f %d %.3f\n" % (now, size, mtime)); last_hb = now
-'''
-
+from gpuops.command import Cmd
+from gpuops.errors import AuthError, ConnectError, GpuopsError, HostKeyError, RemoteError
+from gpuops.target import protocol as p
 
 @dataclass
 class Data:
@@ -117,6 +32,18 @@ class Heartbeat:
     now: float
     size: int
     mtime: float
+    watchdog_age: float = -1.0  # seconds since the watchdog's heartbeat; -1: it never wrote one
+    watchdog_offset: int = -1  # the log offset it has matched up to
+    watchdog_state: str = "-"  # watching | aborting | done
+
+
+@dataclass
+class WatchdogEvent:
+    """One line of the watchdog's events.jsonl (a match, an abort, a restart ...) and where it ends."""
+
+    offset: int
+    record: dict
+    end: int
 
 
 @dataclass
@@ -143,48 +70,43 @@ class Reconnected:
     offset: int
 
 
-FollowEvent = Data | Heartbeat | Ended | Reset | Reconnecting | Reconnected
+FollowEvent = Data | Heartbeat | WatchdogEvent | Ended | Reset | Reconnecting | Reconnected
 
 
-def follower_command(run_id: str, session: str, offset: int, inode: int, tail: int, once: bool) -> Cmd:
-    script = Script(
-        f"D={run_dir(run_id)}",
-        Cmd("exec", "python3", "-u", "-c", REMOTE_FOLLOWER) + [Raw('"$D"'), str(offset), str(inode), str(tail), session, "1" if once else "0"],
-    )
-    return Cmd("bash", "-c", script)
+def follower_command(run_id: str, session: str, offset: int, inode: int, tail: int, once: bool,
+                     events_offset: int = 0) -> Cmd:
+    from gpuops.flow import tools
+
+    return tools.follow(run_id, session, offset, inode, tail, once, events_offset)
 
 
 class _Frames:
-    """Incremental parser of the follower's framed output."""
+    """The follower's frames (protocol.FrameReader) as events."""
 
     def __init__(self) -> None:
-        self.buf = bytearray()
+        self.reader = p.FrameReader()
 
     def feed(self, chunk: bytes) -> Iterator[FollowEvent]:
-        self.buf += chunk
-        while True:
-            nl = self.buf.find(b"\n")
-            if nl < 0:
-                return
-            head = bytes(self.buf[:nl]).split(b" ")
-            kind = head[0]
-            if kind == b"D":
-                inode, offset, length = int(head[1]), int(head[2]), int(head[3])
-                if len(self.buf) < nl + 1 + length:
-                    return
-                data = bytes(self.buf[nl + 1 : nl + 1 + length])
-                del self.buf[: nl + 1 + length]
-                yield Data(inode, offset, data)
-                continue
-            del self.buf[: nl + 1]
-            if kind == b"H":
-                yield Heartbeat(float(head[1]), int(head[2]), float(head[3]))
-            elif kind == b"E":
-                code = head[2] if len(head) > 2 else b"-"
-                yield Ended(head[1].decode(), int(code) if code.lstrip(b"-").isdigit() else None)
-            elif kind == b"T":
+        for kind, fields in self.reader.feed(chunk):
+            if kind == p.FRAME_DATA:
+                yield Data(*fields)
+            elif kind == p.FRAME_EVENTS:
+                offset, data = fields
+                for line in data.splitlines(keepends=True):
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        record = None
+                    if isinstance(record, dict):
+                        yield WatchdogEvent(offset, record, offset + len(line))
+                    offset += len(line)
+            elif kind == p.FRAME_HEARTBEAT:
+                yield Heartbeat(*fields)
+            elif kind == p.FRAME_END:
+                yield Ended(*fields)
+            elif kind == p.FRAME_TRUNCATED:
                 yield Reset("truncated")
-            elif kind == b"R":
+            elif kind == p.FRAME_ROTATED:
                 yield Reset("rotated")
 
 
@@ -203,17 +125,20 @@ class LogFollower:
         dead_after: float = 6.0,
         give_up_after: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
+        opener: Callable[[Cmd], object] | None = None,
     ) -> None:
         self.transport = transport
         self.run_id = run_id
         self.session = session
         self.offset = offset
         self.inode = 0
+        self.events_offset = 0
         self.tail = tail
         self.once = once
         self.dead_after = dead_after
         self.give_up_after = give_up_after
         self.clock = clock
+        self.opener = opener or transport.open
         self._stream = None
         self.reconnects = 0
 
@@ -226,13 +151,13 @@ class LogFollower:
             self._stream = None
 
     def _open(self) -> None:
-        cmd = follower_command(self.run_id, self.session, self.offset, self.inode, self.tail, self.once)
-        self._stream = self.transport.open(cmd)
+        cmd = follower_command(self.run_id, self.session, self.offset, self.inode, self.tail, self.once, self.events_offset)
+        self._stream = self.opener(cmd)
         self.tail = -1  # only the first open starts from the tail
 
     def __iter__(self) -> Iterator[FollowEvent]:
         down_since: float | None = None
-        attempt = 0
+        attempt = failed_starts = 0
         while True:
             try:
                 if self._stream is None:
@@ -240,11 +165,24 @@ class LogFollower:
                     if down_since is not None:
                         self.reconnects += 1
                         yield Reconnected(self.offset)
-                    down_since, attempt = None, 0
-                yield from self._pump()
+                        attempt = 0
+                for event in self._pump():
+                    # Back for real once a frame came: an open that succeeds while the follower dies
+                    # at once (no python3 there) must not reset the give-up clock.
+                    down_since, failed_starts = None, 0
+                    yield event
                 return
             except (ConnectError, OSError, EOFError, _Dead) as exc:
                 self.close()
+                if isinstance(exc, (HostKeyError, AuthError)):
+                    raise
+                if isinstance(exc, _Dead) and exc.closed and not exc.framed:
+                    failed_starts += 1
+                    if failed_starts >= 3:  # the follower itself fails on the target: reconnecting cannot help
+                        raise RemoteError(
+                            f"{self.transport.label}: the log follower on the target exited with code {exc.code} "
+                            f"before sending anything: {exc.noise or 'no output'}",
+                            hint="the target needs python3 (gpuops' follower and watchdog run there)") from None
                 now = self.clock()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > self.give_up_after:
@@ -260,8 +198,10 @@ class LogFollower:
                 time.sleep(min(5.0, 0.2 * (2 ** min(attempt, 5))))
                 try:
                     self.transport.reconnect()
+                except (HostKeyError, AuthError):
+                    raise
                 except GpuopsError as exc2:
-                    if not isinstance(exc2, ConnectError) or "HOST KEY" in str(exc2) or "authentication" in str(exc2):
+                    if not isinstance(exc2, ConnectError):
                         raise
 
     def _container_gone(self) -> str | None:
@@ -277,6 +217,7 @@ class LogFollower:
 
     def _pump(self) -> Iterator[FollowEvent]:
         frames = _Frames()
+        framed = False
         last = self.clock()
         assert self._stream is not None
         while True:
@@ -290,14 +231,18 @@ class LogFollower:
                 # An exit status means the connection is up and the follower itself ended (killed, or its
                 # container stopped); none (-1 from paramiko) means the connection dropped.
                 code = self._stream.wait(2.0)
-                raise _Dead("the connection closed", closed=code is not None and code >= 0)
+                raise _Dead("the connection closed", closed=code is not None and code >= 0, code=code,
+                            framed=framed, noise=" | ".join(frames.reader.noise)[-300:])
             last = now
             for event in frames.feed(chunk):
+                framed = True
                 if isinstance(event, Data):
                     if event.offset != self.offset and self.inode == event.inode:
                         raise _Dead(f"offset mismatch: expected {self.offset}, got {event.offset}")
                     self.inode = event.inode
                     self.offset = event.offset + len(event.data)
+                elif isinstance(event, WatchdogEvent):
+                    self.events_offset = max(self.events_offset, event.end)
                 elif isinstance(event, Reset):
                     self.offset, self.inode = 0, 0
                 elif isinstance(event, Ended):
@@ -310,6 +255,8 @@ class LogFollower:
 class _Dead(Exception):
     """The follower's stream stopped answering; `closed`: the remote command ended without its E frame."""
 
-    def __init__(self, message: str, *, closed: bool = False) -> None:
+    def __init__(self, message: str, *, closed: bool = False, code: int | None = None, framed: bool = True,
+                 noise: str = "") -> None:
         super().__init__(message)
+        self.code, self.framed, self.noise = code, framed, noise
         self.closed = closed

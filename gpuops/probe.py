@@ -3,49 +3,14 @@
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 
-from gpuops.command import Script
-from gpuops.gpus import QUERY_APPS, QUERY_GPUS, Gpu, SmiError, parse_gpus
+from gpuops.gpus import Gpu, SmiError, parse_gpus
 from gpuops.runs import RunInfo
+from gpuops.target import protocol as p
+from gpuops.target.protocol import MARK
 
-MARK = "@@gpuops "
-
-
-def probe_script(sessions: tuple[str, ...] | None) -> Script:
-    """Bash that prints marked sections: clock, GPUs, and each session's run and lock."""
-    if sessions is None:
-        session_list = 'for f in "$G"/sessions/*; do [ -f "$f" ] && printf "%s\\n" "${f##*/}"; done'
-    else:
-        session_list = "printf '%s\\n' " + " ".join(shlex.quote(s) for s in sessions)
-    return Script(
-        'G="$HOME/.gpuops"',
-        f'echo "{MARK}now $(date +%s)"',
-        # The two nvidia-smi queries run side by side: each call initialises the driver (tens of ms).
-        "if command -v nvidia-smi >/dev/null 2>&1; then",
-        '  A="${TMPDIR:-/tmp}/gpuops-probe.$$"',
-        f'  {{ {QUERY_APPS.render()} >"$A" 2>&1; echo "$?" >"$A.rc"; }} &',
-        f'  echo "{MARK}gpus"; {QUERY_GPUS.render()} 2>&1; echo "{MARK}gpus_rc $?"',
-        f'  wait; echo "{MARK}apps"; cat "$A" 2>/dev/null; echo "{MARK}apps_rc $(cat "$A.rc" 2>/dev/null || echo 1)"; rm -f "$A" "$A.rc"',
-        f'else echo "{MARK}nosmi"; fi',
-        f"command -v tmux >/dev/null 2>&1 || echo \"{MARK}notmux\"",
-        f"{session_list} | while IFS= read -r S; do",
-        f'  echo "{MARK}session $S"',
-        '  if tmux has-session -t "=$S" 2>/dev/null; then echo "' + MARK + 'alive"; fi',
-        '  if [ -f "$G/locks/$S.lock" ] && ! flock -n "$G/locks/$S.lock" true 2>/dev/null; then',
-        f'    echo "{MARK}locked $(cat "$G/locks/$S.holder" 2>/dev/null | head -c 300)"; fi',
-        '  R=$(cat "$G/sessions/$S" 2>/dev/null)',
-        '  case "$R" in ""|*[!0-9a-z-]*) continue;; esac',
-        '  D="$G/runs/$R"; [ -d "$D" ] || continue',
-        f'  echo "{MARK}run $R"',
-        f'  [ -f "$D/meta.json" ] && echo "{MARK}meta $(head -c 65536 "$D/meta.json")"',
-        f'  [ -f "$D/exit_code" ] && echo "{MARK}exit $(head -c 16 "$D/exit_code")"',
-        f'  [ -f "$D/abort.json" ] && echo "{MARK}abort $(head -c 65536 "$D/abort.json")"',
-        f'  [ -f "$D/log" ] && echo "{MARK}log $(stat -c \'%s %Y\' "$D/log")"',
-        "done",
-        "true",
-    )
+# The probe itself is the shipped shell tool gpuops/target/sh/probe.sh (gpuops.flow.tools.probe).
 
 
 @dataclass
@@ -63,6 +28,7 @@ class Probe:
     smi_error: str | None = None
     gpus: list[Gpu] = field(default_factory=list)
     tmux: bool = True
+    python: tuple[int, ...] | None = None  # the target's python3 version; None when it has none
     sessions: dict[str, SessionState] = field(default_factory=dict)
 
 
@@ -90,6 +56,15 @@ def parse_probe(text: str) -> Probe:
             probe.smi = "absent"
         elif key == "notmux":
             probe.tmux = False
+        elif key == "python":
+            probe.python = _version(value)
+        elif key == "samples":
+            section = "samples"
+            buf.setdefault("samples", [])
+        elif key == "samples_end":
+            section = None
+            if current is not None and current.run is not None:
+                current.run.samples_text = "\n".join(buf.pop("samples", []))
         elif key == "session":
             section = None
             current = probe.sessions.setdefault(value, SessionState(value))
@@ -127,6 +102,10 @@ def _session_field(state: SessionState, key: str, value: str, now: float | None)
         state.run.exit_code = int(value) if value.strip().lstrip("-").isdigit() else None
     elif key == "abort":
         state.run.abort = _json(value)
+    elif key == "abort_done":
+        state.run.abort_done = _json(value)
+    elif key == "watchdog":
+        state.run.watchdog = _json(value)
     elif key == "log":
         size, _, mtime = value.partition(" ")
         state.run.log_size, state.run.log_mtime = int(size), float(mtime)
@@ -138,3 +117,8 @@ def _json(text: str) -> dict:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    parts = text.strip().split(".")
+    return tuple(int(x) for x in parts) if parts and all(x.isdigit() for x in parts) else None

@@ -1,4 +1,4 @@
-"""Runs on the target: ids, the run directory and its records, read back by any machine."""
+"""Runs on a target: ids, the run directory and its records, as read back by any machine."""
 
 from __future__ import annotations
 
@@ -7,27 +7,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-# Shell fragments for paths on the target; "$HOME" is expanded by the target's bash.
-STATE_DIR = '"$HOME/.gpuops"'
-
-
 def new_run_id(now: float | None = None) -> str:
     """Sortable and unique: 20261129-101500-3fa9c2."""
     import secrets
 
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{secrets.token_hex(3)}"
-
-
-def run_dir(run_id: str) -> str:
-    """The run directory as a shell word (run ids hold only [0-9a-f-])."""
-    _check_id(run_id)
-    return f'"$HOME/.gpuops/runs/{run_id}"'
-
-
-def _check_id(run_id: str) -> None:
-    if not run_id or any(c not in "0123456789abcdefghijklmnopqrstuvwxyz-" for c in run_id):
-        raise ValueError(f"not a run id: {run_id!r}")
 
 
 @dataclass
@@ -43,11 +28,16 @@ class RunInfo:
     log_mtime: float | None = None
     session_alive: bool = False
     remote_now: float | None = None
+    abort_done: dict[str, Any] | None = None
+    watchdog: dict[str, Any] | None = None  # its heartbeat record (watchdog.json)
+    samples_text: str = ""  # the tail of samples.jsonl, when asked for
 
     @property
     def state(self) -> str:
-        """warming | running | exited | aborted | stalled | lost."""
+        """warming | running | exited | aborting | aborted | stalled | failed-before-start | lost."""
         if self.abort is not None:
+            if self.abort_done is None and self.session_alive:
+                return "aborting"
             return "stalled" if self.abort.get("reason") == "stall" else "aborted"
         if self.exit_code is not None:
             return "exited"
@@ -55,7 +45,24 @@ class RunInfo:
             return "running"
         if self.meta.get("phase") in ("preflight", "warmup"):
             return "warming" if self.meta.get("launcher_alive") else "failed-before-start"
+        if self.meta.get("phase") in ("warmup-failed", "start-failed", "interrupted", "connection-lost"):
+            return "failed-before-start"
         return "lost"
+
+    @property
+    def watchdog_age(self) -> float | None:
+        """Seconds since the watchdog's last heartbeat (the target's clock); None when it never wrote one."""
+        ts = (self.watchdog or {}).get("ts")
+        if not isinstance(ts, (int, float)) or self.remote_now is None:
+            return None
+        return max(0.0, self.remote_now - ts)
+
+    @property
+    def watchdog_alive(self) -> bool:
+        from gpuops.target.protocol import HEARTBEAT_STALE
+
+        age = self.watchdog_age
+        return age is not None and age < HEARTBEAT_STALE and (self.watchdog or {}).get("state") != "done"
 
     @property
     def alive(self) -> bool:
@@ -68,18 +75,13 @@ class RunInfo:
         return max(0.0, self.remote_now - self.log_mtime)
 
     def outcome_code(self) -> int | None:
-        """The exit code gpuops reports for this run once it has ended."""
-        from gpuops.errors import ExitCode
+        """The exit code gpuops reports for this run once it has ended (the target's one mapping)."""
+        from gpuops.target.records import outcome
 
-        if self.abort is not None:
-            return ExitCode.STALLED if self.abort.get("reason") == "stall" else (
-                ExitCode.TIMEOUT if self.abort.get("reason") == "timeout" else (
-                    ExitCode.TRAINING_FAILED if self.abort.get("reason") == "stop" else ExitCode.ABORTED
-                )
-            )
-        if self.exit_code is not None:
-            return ExitCode.OK if self.exit_code == 0 else ExitCode.TRAINING_FAILED
-        return None
+        if self.abort is None and self.exit_code is None:
+            return None
+        code_text = None if self.exit_code is None else str(self.exit_code)
+        return outcome(code_text, self.abort, self.session_alive)[1]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -92,7 +94,15 @@ class RunInfo:
             "seconds_since_log": self.seconds_since_log,
             "log_bytes": self.log_size,
             "abort": self.abort,
+            "stopped_by": (self.abort or {}).get("by"),
             "last_match": (self.abort or {}).get("rule") or self.meta.get("last_match"),
+            "watchdog": None if self.watchdog is None else {
+                "alive": self.watchdog_alive,
+                "heartbeat_age": None if self.watchdog_age is None else round(self.watchdog_age, 1),
+                "state": self.watchdog.get("state"),
+                "restarts": self.watchdog.get("restarts"),
+                "disabled_rules": self.watchdog.get("disabled_rules") or [],
+            },
         }
 
 

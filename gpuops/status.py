@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.command import Cmd, Raw, Script, bash
+from gpuops.flow import tools
+from gpuops.ship import install
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
-from gpuops.probe import MARK, Probe, parse_probe, probe_script
+from gpuops.probe import MARK, Probe, parse_probe
 from gpuops.transport import Pool
 from gpuops.transport.base import Result
 from gpuops.transport.pct import PctTransport, parse_pct_status
@@ -66,21 +68,22 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     transport = pool.target(target)
     timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:
+        probe_cmd = tools.probe(sessions, samples=True)
         if isinstance(transport, PctTransport):
             # Happy path: one pct call, as cheap as a raw `pct exec`; `pct status` only when exec failed.
             ct = str(target.ctid)
             host_script = Script(
-                Cmd("pct", "exec", ct, "--", *bash(probe_script(sessions)).argv) + [Raw("2>&1")],
+                Cmd("pct", "exec", ct, "--", *probe_cmd.argv) + [Raw("2>&1")],
                 "rc=$?",
                 f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
             )
-            result = transport.inner.run(bash(host_script), timeout=timeout)
+            result = _run_probe(transport, transport.inner, bash(host_script), timeout, target.name)
             status.reachable = True
             status.container = _container_state(result.out)
             if status.container == "running":
                 status.probe = parse_probe(result.out)
         else:
-            result = transport.run(bash(probe_script(sessions)), timeout=timeout)
+            result = _run_probe(transport, transport, probe_cmd, timeout, target.name)
             status.reachable = True
             status.probe = parse_probe(result.out)
     except GpuopsError as exc:
@@ -89,6 +92,15 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
         status.hint = exc.hint
     status.seconds = time.monotonic() - started
     return status
+
+
+def _run_probe(target_transport: Any, via: Any, cmd: Cmd, timeout: float, name: str) -> Result:
+    """The probe; a target without gpuops' tools gets them first (once), then is probed again."""
+    result = via.run(cmd, timeout=timeout)
+    if MARK + "need-lib" in result.out:
+        install(target_transport, timeout=max(timeout, 60.0), label=name)
+        result = via.run(cmd, timeout=timeout)
+    return result
 
 
 def _container_state(out: str) -> str:

@@ -92,8 +92,8 @@ def test_demo_playbook_loads_and_resolves_on_local_inventory() -> None:
     assert pb.env == (EnvVar("PYTHONUNBUFFERED", "1", False),)
     assert pb.preflight.gpus == ()
     assert pb.warmup is not None and pb.warmup.gpus == (0, 1)
-    assert pb.warmup.command == "python3 -m gpuops.demo warmup --gpu {gpu}"
-    assert (pb.launch.session, pb.launch.command) == ("gpuops-demo", "python3 -m gpuops.demo train")
+    assert pb.warmup.command == "python3 demo_trainer.py warmup --gpu {gpu}"
+    assert (pb.launch.session, pb.launch.command) == ("gpuops-demo", "python3 demo_trainer.py train")
     assert pb.watch.builtin and [r.name for r in pb.watch.rules] == ["loss-nan"]
     assert pb.watch.stall_timeout == 60.0 and (pb.abort.signal, pb.abort.grace) == ("INT", 5.0)
     inv = load_inventory(str(ROOT / "inventories/local.yaml"))

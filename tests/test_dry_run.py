@@ -43,9 +43,23 @@ def gpuops(*args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...
 
 
 def steps(stdout: str) -> dict[str, str]:
-    """The dry run's `# step` headers and the command printed under each."""
+    """The dry run's `# step` headers and the command printed under each (its `# stdin:` line apart)."""
     parts = STEP.split(stdout)[1:]
-    return {name: text.rstrip("\n") for name, text in zip(parts[::2], parts[1::2])}
+    return {name: text.rstrip("\n").split("\n# stdin: ")[0] for name, text in zip(parts[::2], parts[1::2])}
+
+
+def stdins(stdout: str) -> dict[str, str]:
+    """What the dry run says goes on each step's stdin."""
+    parts = STEP.split(stdout)[1:]
+    return {name: text.rstrip("\n").split("\n# stdin: ", 1)[1] for name, text in zip(parts[::2], parts[1::2])
+            if "\n# stdin: " in text}
+
+
+STEPS = ["copy gpuops' target files, only when the target lacks them", "preflight (lock + probe, one round trip)",
+         "create the run directory"]
+LAST_STEPS = ["record the phase", "start the watchdog, then training in tmux", "follow the log and the watchdog's events",
+              "stop the run: a match or a stall while its watchdog is gone, or --timeout",
+              "after a run its watchdog did not see end: reap leftover processes"]
 
 
 def no_network() -> tuple[str, ...]:
@@ -79,28 +93,26 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
                       "each line below sent as the remote command:")  # fmt: skip
     found = steps(result.stdout)
     names = list(found)
-    assert names[:2] == ["preflight (lock + probe, one round trip)", "create the run directory"]
-    warmups = [n for n in names if n.startswith("warmup GPU")]
-    assert warmups == ["warmup GPU 5", "warmup GPU 6", "warmup GPU 7"]
+    assert names[:3] == STEPS
     drains = {gpu: f"after warmup GPU {gpu}: poll its memory until it drains" for gpu in (5, 6, 7)}
     for i, gpu in enumerate((5, 6, 7)):
-        assert names[2 + 2 * i : 4 + 2 * i] == [f"warmup GPU {gpu}", drains[gpu]]
-    assert names[8:] == ["start in tmux", "follow the log", "on a match or stall: abort", "after the run: reap leftover processes",
-                         "if a warmup fails: reap its processes as above, then record it"]
+        assert names[3 + 2 * i : 5 + 2 * i] == [f"warmup GPU {gpu}", drains[gpu]]
+    assert names[9:] == LAST_STEPS
     for name, command in found.items():
         assert command.startswith("pct exec 200 -- bash -c '"), (name, command)
     for gpu in (5, 6, 7):
         warm = found[f"warmup GPU {gpu}"]
-        assert f"python /root/warmup_drafter.py --device cuda:{gpu}" in warm
-        assert f"export GPUOPS_GPU={gpu}\n" in warm and "cd -- /root || exit 126" in warm
-        assert "CUDA_VISIBLE_DEVICES" not in warm
-        query = f"nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -i {gpu}"
+        assert warm.endswith(f" gpuops <run-id> {gpu} 'python /root/warmup_drafter.py --device cuda:{gpu}'")
+        assert 'exec bash "$L/gpuops_target/sh/warmup.sh" "$@"' in warm
+        query = f"nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader,nounits -i {gpu}"
         assert found[drains[gpu]] == f"pct exec 200 -- bash -c '{query}'"
-    assert "bash /root/start_training.sh" in found["start in tmux"]
-    assert "tmux new-session -d -s dflash-train" in found["start in tmux"]
-    assert "tmux send-keys -t =dflash-train: C-c" in found["on a match or stall: abort"]
-    failed = found["if a warmup fails: reap its processes as above, then record it"]
-    assert '"phase":"warmup-failed"' in failed and '.gpuops/runs/<run-id>"' in failed and "meta.json" in failed
+    spec = json.loads(stdins(result.stdout)["create the run directory"])
+    assert spec["command"] == "bash /root/start_training.sh" and spec["workdir"] == "/root"
+    assert spec["watch"]["rules"] == [{"name": "loss-nan", "pattern": r"loss (nan|inf)\b", "action": "abort"}]
+    assert spec["watch"]["abort"] == {"signal": "INT", "grace": 30.0} and spec["watch"]["gpus"] == [5, 6, 7]
+    assert spec["meta"]["phase"] == "warmup" and "CUDA_VISIBLE_DEVICES" not in spec["env"]
+    assert found["start the watchdog, then training in tmux"].endswith(" gpuops start <run-id>")
+    assert '"phase":"running"' in stdins(result.stdout)["record the phase"]
     assert result.stderr == ""
 
 
@@ -118,8 +130,12 @@ def test_example_dry_run_as_json_lines(tmp_path: Path) -> None:
     assert all(ev["command"].startswith("pct exec 200 -- ") for ev in events[:-1])
     summary = events[-1]
     assert (summary["event"], summary["outcome"], summary["exit_code"]) == ("summary", "dry-run", 0)
-    text = steps(gpuops("launch", "--dry-run", "-i", str(EXAMPLE_INV), "-p", str(DFLASH), prefix=no_network()).stdout)
+    text_out = gpuops("launch", "--dry-run", "-i", str(EXAMPLE_INV), "-p", str(DFLASH), prefix=no_network()).stdout
+    text = steps(text_out)
     assert [ev["step"] for ev in events[:-1]] == list(text)
+    with_meta = ("create the run directory", "record the phase")  # they name the launcher's pid
+    assert {ev["step"]: ev["stdin"] for ev in events if "stdin" in ev and ev["step"] not in with_meta} == {
+        name: data for name, data in stdins(text_out).items() if name not in with_meta}
     assert {ev["step"]: ev["command"] for ev in events if "warmup GPU" in ev.get("step", "")} == {
         name: command for name, command in text.items() if "warmup GPU" in name
     }
@@ -132,8 +148,8 @@ def test_local_demo_dry_run_runs_commands_here_from_the_playbook_folder(local_en
     found = steps(result.stdout)
     assert all(command.startswith("bash -c ") for command in found.values()), found
     assert "pct exec" not in result.stdout
-    assert f"cd -- {REPO / 'playbooks'} || exit 126" in found["warmup GPU 0"]
-    assert "python3 -m gpuops.demo warmup --gpu 1" in found["warmup GPU 1"]
+    assert json.loads(stdins(result.stdout)["create the run directory"])["workdir"] == str(REPO / "playbooks")
+    assert "demo_trainer.py warmup --gpu 1" in found["warmup GPU 1"]
     assert not (local_env.home / ".gpuops").exists()
     assert local_env.processes() == []  # not even a tmux server was started
 
@@ -199,14 +215,27 @@ def test_dry_run_masks_secrets(lab: tuple[SshServer, FakeProxmox, Path], tmp_pat
         assert result.returncode == 0, result.stderr
         for value in values.values():
             assert value not in result.stdout and value not in result.stderr
-    warm = steps(text.stdout)["warmup GPU 5"]
+    spec = json.loads(stdins(text.stdout)["create the run directory"])
     for name in values:
-        assert f"export {name}=***\n" in warm
-    assert "export PLAIN=shown-as-is\n" in warm
-    meta = re.search(r"'\"'\"'(\{\"command\".*?\})'\"'\"' >\"\$D/meta.json\"", steps(text.stdout)["create the run directory"])
-    assert meta, steps(text.stdout)["create the run directory"]
-    assert json.loads(meta.group(1))["env"] == {name: "***" for name in values} | {"PLAIN": "shown-as-is"}
+        assert f"export {name}=***\n" in spec["env"]
+    assert "export PLAIN=shown-as-is\n" in spec["env"]
+    assert spec["meta"]["env"] == {name: "***" for name in values} | {"PLAIN": "shown-as-is"}
     assert sshd.connection_count() == 0
+
+
+def test_a_secret_with_a_quote_written_into_a_command_is_masked_where_quoting_respells_it(
+        lab: tuple[SshServer, FakeProxmox, Path], tmp_path: Path) -> None:
+    secret = "hf_Q'uote9876"
+    pb = write_playbook(tmp_path / "pb.yaml", env={"HF_TOKEN": secret},
+                        warmup={"gpus": [5], "command": f"login --token {secret} && warm {{gpu}}"},
+                        launch={"session": "train", "command": f"train --token {secret}"})
+    for extra in ((), ("--json",)):
+        result = gpuops("launch", "--dry-run", *extra, "-i", str(lab[2]), "-p", str(pb))
+        assert result.returncode == 0, result.stderr
+        shown = result.stdout.replace("'\"'\"'", "'").replace("\\", "")  # undo the quoting of every layer
+        for i in range(len(secret) - 7):
+            assert secret[i : i + 8] not in shown, secret[i : i + 8]
+        assert "train --token ***" in shown and "login --token *** && warm 5" in shown
 
 
 # -- the printed command is the command -------------------------------------------------------------
@@ -217,7 +246,10 @@ def hostile(canary: Path) -> str:
 def test_printed_commands_run_as_printed_through_both_shell_layers(
     lab: tuple[SshServer, FakeProxmox, Path], tmp_path: Path
 ) -> None:
-    """Send the printed commands with the real ssh client: the host's login shell, then bash -c in the CT."""
+    """Send the printed commands (and their printed stdin) with the real ssh client: the host's login
+    shell, then bash -c in the CT. A hostile env value and command arrive as they were written."""
+    from gpuops.ship import bundle
+
     sshd, fake, inv = lab
     canary = tmp_path / "canary"
     value = hostile(canary)
@@ -231,13 +263,20 @@ def test_printed_commands_run_as_printed_through_both_shell_layers(
     assert result.returncode == 0, result.stderr
     run_id = "20261129-101500-abcdef"
     found = {name: command.replace("<run-id>", run_id) for name, command in steps(result.stdout).items()}
-    for name in ("preflight (lock + probe, one round trip)", "create the run directory", "warmup GPU 5", "start in tmux"):
-        sent = sshd.ssh(found[name])  # stdin is empty: the lock is taken, the probe printed, the lock let go
+    data = {name: text.replace("<run-id>", run_id) for name, text in stdins(result.stdout).items()}
+
+    def send(name: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        sent = subprocess.run(sshd.ssh_argv() + [found[name]], input=stdin, capture_output=True, timeout=60)
         assert sent.returncode == 0, (name, sent.stderr)
-        if name.startswith("preflight"):
-            assert "@@gpuops gpus\n" in sent.stdout and sent.stdout.endswith("@@gpuops locked\n")
-        if name == "warmup GPU 5":
-            assert sent.stdout == value + "\ngpu=5\n"
+        return sent
+
+    send(STEPS[0], bundle().zip)
+    lock = send(STEPS[1]).stdout.decode()  # stdin empty: the lock is taken, the probe printed, the lock let go
+    assert "@@gpuops gpus\n" in lock and "@@gpuops locked-ok\n" in lock
+    send(STEPS[2], data[STEPS[2]].encode())
+    assert send("warmup GPU 5").stdout.decode() == value + "\ngpu=5\n"
+    send("record the phase", data["record the phase"].encode())
+    assert "@@gpuops started" in send("start the watchdog, then training in tmux").stdout.decode()
     run = fake.home(CT) / ".gpuops" / "runs" / run_id
     assert (run / "warmup-5.log").read_text() == value + "\ngpu=5\n"
     wait_until(lambda: (run / "exit_code").exists(), message="the started run to finish")
@@ -245,5 +284,5 @@ def test_printed_commands_run_as_printed_through_both_shell_layers(
     assert (run / "log").read_bytes() == (value + "\n").encode()
     assert json.loads((run / "meta.json").read_text())["env"] == {"HOSTILE": value}
     assert not canary.exists()
-    drain = sshd.ssh(found["after warmup GPU 5: poll its memory until it drains"])
-    assert (drain.returncode, drain.stdout) == (0, "5, 0\n")
+    drain = send("after warmup GPU 5: poll its memory until it drains")
+    assert drain.stdout.decode() == "5, 0, 0\n"

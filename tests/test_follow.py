@@ -1,15 +1,18 @@
-"""The byte-offset follower against a real file through the real remote follower program (local transport)."""
+"""The byte-offset follower against a real file through the real target follower (gpuops/target/follow.py,
+shipped to the target's ~/.gpuops/lib as a launch ships it; local transport)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from gpuops.follow import Data, Ended, Heartbeat, LogFollower, Reset, _Frames
+from gpuops.follow import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent, _Frames
+from gpuops.ship import install
 from gpuops.transport.local import LocalTransport
 
 RUN = "20261129-000000-abcdef"
@@ -22,6 +25,7 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TMUX", raising=False)
     d = tmp_path / ".gpuops" / "runs" / RUN
     d.mkdir(parents=True)
+    install(LocalTransport(), timeout=60, label="local")
     return d
 
 
@@ -40,14 +44,18 @@ def _collect(follower: LogFollower, until: float = 20.0) -> tuple[bytes, list]:
 
 
 def test_frames_parse_across_any_split() -> None:
-    payload = b"D 7 0 5\nhello" + b"H 1.0 5 0.5\n" + b"D 7 5 3\n\n\r\n" + b"E exit 0\n"
+    events = b'{"event":"match","rule":"fx-tracing-race","offset":7}\n{"event":"done"}\n'
+    payload = (b"D 7 0 5\nhello" + b"H 1.0 5 0.5 0.8 5 watching\n" + b"W 0 %d\n" % len(events) + events
+               + b"D 7 5 3\n\n\r\n" + b"E exit 0\n")
     for size in range(1, len(payload) + 1):
         frames = _Frames()
         got = []
         for i in range(0, len(payload), size):
             got += list(frames.feed(payload[i : i + size]))
-        assert [type(e).__name__ for e in got] == ["Data", "Heartbeat", "Data", "Ended"]
-        assert got[0].data == b"hello" and got[2].data == b"\n\r\n" and got[3].code == 0
+        assert [type(e).__name__ for e in got] == ["Data", "Heartbeat", "WatchdogEvent", "WatchdogEvent", "Data", "Ended"]
+        assert got[0].data == b"hello" and got[4].data == b"\n\r\n" and got[5].code == 0
+        assert (got[1].watchdog_age, got[1].watchdog_offset, got[1].watchdog_state) == (0.8, 5, "watching")
+        assert got[2].record["rule"] == "fx-tracing-race" and got[3].offset == got[2].end
 
 
 def test_once_prints_the_log_as_it_is(run_dir: Path) -> None:
@@ -138,3 +146,67 @@ def test_a_10mb_line_streams_through(run_dir: Path) -> None:
     (run_dir / "log").write_bytes(big + b"\nend\n")
     out, _ = _collect(LogFollower(LocalTransport(), RUN, "", once=True))
     assert len(out) == len(big) + 5 and out.endswith(b"\nend\n")
+
+
+def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir: Path) -> None:
+    import signal
+    import subprocess
+
+    from gpuops.follow import Reconnecting
+
+    (run_dir / "log").write_bytes(b"step 1\n")
+    lines = [b'{"event":"match","rule":"loss-nan","offset":0}\n', b'{"event":"stall","seconds":9}\n']
+    (run_dir / "events.jsonl").write_bytes(lines[0])
+    follower = LogFollower(LocalTransport(), RUN, "", dead_after=2.0)
+    seen, reconnects = [], 0
+    for ev in follower:
+        if isinstance(ev, WatchdogEvent):
+            seen.append(ev.record["event"])
+            if len(seen) == 1:
+                # The follower on the target dies (a dropped link): the next one resumes at the offsets.
+                subprocess.run(["pkill", "-KILL", "-f", f"gpuops_target follow {RUN}"], check=True)
+                with open(run_dir / "events.jsonl", "ab") as fh:
+                    fh.write(lines[1])
+                (run_dir / "exit_code").write_text("0\n")
+        elif isinstance(ev, Reconnecting):
+            reconnects += 1
+        elif isinstance(ev, Ended):
+            break
+    follower.close()
+    assert seen == ["match", "stall"] and reconnects >= 1
+    assert follower.events_offset == len(lines[0]) + len(lines[1])
+
+
+def test_a_live_watchdog_is_waited_for_before_the_end_is_said(run_dir: Path) -> None:
+    import json
+
+    (run_dir / "log").write_bytes(b"done\n")
+    (run_dir / "exit_code").write_text("0\n")
+    beat = {"ts": time.time(), "state": "watching", "offset": 5, "pid": os.getpid()}  # a live process
+    (run_dir / "watchdog.json").write_text(json.dumps(beat))
+
+    def watchdog_finishes() -> None:
+        time.sleep(1.5)
+        with open(run_dir / "events.jsonl", "ab") as fh:
+            fh.write(b'{"event":"done"}\n')
+        (run_dir / "watchdog.json").write_text(json.dumps({**beat, "ts": time.time(), "state": "done"}))
+
+    threading.Thread(target=watchdog_finishes, daemon=True).start()
+    _, events = _collect(LogFollower(LocalTransport(), RUN, ""))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[-2:] == ["WatchdogEvent", "Ended"] and events[-2].record["event"] == "done"
+
+
+def test_a_follower_that_dies_at_once_is_an_error_not_a_reconnect_loop(run_dir: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuops.errors import RemoteError
+
+    bindir = tmp_path / "bin-without-python"
+    bindir.mkdir()
+    for tool in ("bash",):
+        os.symlink(shutil.which(tool), bindir / tool)
+    monkeypatch.setenv("PATH", str(bindir))  # the target's bash finds no python3
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match="exited with code 127.*python3"):
+        _collect(LogFollower(LocalTransport(), RUN, ""))
+    assert time.monotonic() - started < 60  # three quick tries, not the 900 s reconnect budget

@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from bench import BIN_DIR, FakeProxmox, SshServer, procs, wait_until
+from bench.watchdog import remove_watchdog
 from gpuops.config import load_inventory
 from gpuops.follow import Data, Ended, LogFollower
+from gpuops.ship import install
 from gpuops.transport import Pool
 from test_watch import FX_LINE, GPUS, SESSION, Ct, excerpt_lines, make_ct, trainer
 
@@ -73,8 +75,13 @@ def test_logs_follow_json_gives_match_events_and_a_summary(ct: Ct) -> None:
 
 
 def test_logs_follow_no_abort_reports_the_match_and_leaves_the_run_alive(ct: Ct) -> None:
-    start_detached(ct, trainer("fx-caught", "--slow-interval", "0.2"))
+    # --no-abort is about this client: with the run's watchdog gone, it reports and never stops the run.
+    go = ct.tmp / "go"
+    start_detached(ct, trainer("fx-caught", "--slow-interval", "0.2", "--go", shlex.quote(str(go))))
+    remove_watchdog(ct.run_dir())
     follow = ct.start("logs", "--follow", "--no-abort", "--json")
+    follow.wait_for(lambda: '"event": "watchdog_stale"' in follow.out, "the client to watch the run itself")
+    go.touch()
     follow.wait_for(lambda: '"event": "match"' in follow.out, "the match to be reported")
     seen = follow.out.count('"event": "log"')
     follow.wait_for(lambda: follow.out.count('"event": "log"') >= seen + 3, "log lines after the match")
@@ -93,8 +100,12 @@ def test_logs_follow_no_abort_reports_the_match_and_leaves_the_run_alive(ct: Ct)
 
 
 def test_logs_follow_no_abort_reports_a_stall_and_leaves_the_run_alive(ct: Ct) -> None:
-    start_detached(ct, trainer("hang", "--steps", "2"), stall=2)
+    go = ct.tmp / "go"
+    start_detached(ct, trainer("hang", "--steps", "2", "--go", shlex.quote(str(go))), stall=2)
+    remove_watchdog(ct.run_dir())
     follow = ct.start("logs", "--follow", "--no-abort", "--json")
+    follow.wait_for(lambda: '"event": "watchdog_stale"' in follow.out, "the client to watch the run itself")
+    go.touch()
     follow.wait_for(lambda: '"event": "stall"' in follow.out, "the stall to be reported")
     assert follow.proc.poll() is None  # still following
     assert ct.session_alive() and all(ct.gpu_memory().values())
@@ -242,7 +253,9 @@ def test_follower_resumes_after_dropped_connections_without_loss_or_repeats(ct: 
                                   env=ct.fake.env(200), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.DEVNULL)  # fmt: skip
     inventory = load_inventory(str(ct.inventory))
     pool = Pool(inventory)
-    follower = LogFollower(pool.target(inventory.targets["ct200"]), run_id, "")
+    transport = pool.target(inventory.targets["ct200"])
+    install(transport, timeout=60, label="ct200")  # gpuops' target files, as a launch leaves them
+    follower = LogFollower(transport, run_id, "")
     got = bytearray()
     drops = [500, 1500]  # drop every connection when this many lines have arrived
     exit_file = run_dir / "exit_code"

@@ -1,19 +1,34 @@
-"""The one-round-trip probe: run by real bash over a real run directory, parsed back into values."""
+"""The one-round-trip probe (gpuops/target/sh/probe.sh): run by real bash over a real run directory,
+parsed back into values."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
-from gpuops.command import bash
-from gpuops.probe import parse_probe, probe_script
+from gpuops.probe import parse_probe
+
+PROBE = Path(__file__).resolve().parent.parent / "gpuops" / "target" / "sh" / "probe.sh"
 
 
 def _run_probe(home: Path, sessions: tuple[str, ...] | None, path: str = "/usr/bin:/bin") -> str:
     env = {"HOME": str(home), "PATH": path, "TMUX_TMPDIR": str(home / "tmux")}
     (home / "tmux").mkdir(exist_ok=True)
-    return subprocess.run(bash(probe_script(sessions)).words(), capture_output=True, text=True, env=env, check=True).stdout
+    bash = shutil.which("bash")
+    return subprocess.run([bash, str(PROBE), *(sessions or ())], capture_output=True, text=True, env=env, check=True).stdout
+
+
+def _bin_without_python(root: Path) -> Path:
+    """A PATH folder with what the probe uses, except python3."""
+    bindir = root / "bin-no-python"
+    bindir.mkdir()
+    for tool in ("date", "head", "tr", "cat", "stat", "tail", "rm", "tmux", "flock"):
+        found = shutil.which(tool)
+        if found:
+            (bindir / tool).symlink_to(found)
+    return bindir
 
 
 def _make_run(home: Path, session: str, run_id: str, **files: str) -> None:
@@ -60,10 +75,34 @@ def test_without_a_playbook_every_session_is_listed(tmp_path: Path) -> None:
 
 
 def test_a_tampered_session_pointer_is_ignored_not_followed(tmp_path: Path) -> None:
+    # The pointer leads out of the runs folder to a folder that looks like a run: followed, the
+    # probe would report its records (and stop or logs would act on it).
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "meta.json").write_text('{"playbook": "not-a-run"}')
+    (victim / "log").write_text("secret\n")
+    assert (tmp_path / ".gpuops" / "runs" / ".." / ".." / "victim").resolve() == victim.resolve()
+    (tmp_path / ".gpuops" / "runs").mkdir(parents=True)
     (tmp_path / ".gpuops" / "sessions").mkdir(parents=True)
-    (tmp_path / ".gpuops" / "sessions" / "train").write_text("../../etc\n")
+    (tmp_path / ".gpuops" / "sessions" / "train").write_text("../../victim\n")
     state = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"]
     assert state.run is None
+
+
+def test_reports_the_watchdog_and_the_tools_a_run_needs(tmp_path: Path) -> None:
+    import sys
+
+    beat = json.dumps({"ts": 1.0, "state": "watching", "pid": 42, "restarts": 1})
+    _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json="{}", log="", watchdog_json=beat)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    probe = parse_probe(_run_probe(tmp_path, ("train",), path=f"{bindir}:/usr/bin:/bin"))
+    assert probe.python == tuple(sys.version_info[:3])
+    run = probe.sessions["train"].run
+    assert run.watchdog["state"] == "watching" and run.watchdog_age is not None and run.watchdog_age > 1e6
+    assert run.as_json()["watchdog"]["alive"] is False  # a heartbeat from 1970 is stale
+    assert parse_probe(_run_probe(tmp_path, ("train",), path=str(_bin_without_python(tmp_path)))).python is None
 
 
 def test_nvidia_smi_failure_is_an_error_state(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def test_dry_run_shows_every_secret_as_stars(ct: Ct) -> None:
     as_json = ct.run("--dry-run", "--json")
     assert as_json.code == 0, as_json
     assert leaks(as_json.text + as_json.err) == [], as_json
-    commands = "\n".join(e.get("command", "") for e in as_json.events())
+    commands = "\n".join(e.get("command", "") + "\n" + e.get("stdin", "") for e in as_json.events())
     assert "export HF_TOKEN=***" in commands and PLAIN[1] in commands
 
 

@@ -24,8 +24,9 @@ def test_stop_during_warmup_ends_the_launch_before_training(local_env, tmp_path:
     pb = tmp_path / "pb.yaml"
     pb.write_text(
         "name: w\ntarget: local\n"
-        "warmup: {gpus: [0, 1, 2], command: 'python3 -m gpuops.demo warmup --gpu {gpu} --steps 40 --interval 0.25'}\n"
-        f"launch: {{session: wtest, command: 'touch {marker}; python3 -m gpuops.demo train'}}\n"
+        f"workdir: {ROOT / 'playbooks'}\n"
+        "warmup: {gpus: [0, 1, 2], command: 'python3 demo_trainer.py warmup --gpu {gpu} --steps 40 --interval 0.25'}\n"
+        f"launch: {{session: wtest, command: 'touch {marker}; python3 demo_trainer.py train'}}\n"
     )
     inv = str(ROOT / "inventories" / "local.yaml")
     launcher = _gpuops("launch", "--json", "-i", inv, "-p", str(pb))

@@ -71,12 +71,15 @@ def _dry_run(inventory: str | None, playbook: str | None, target: str | None, as
         from gpuops.cli.render import JsonRenderer, iso
 
         out = JsonRenderer()
-        for name, text in steps:
-            out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": job.target.name, "step": name, "command": text})
+        for name, text, stdin in steps:
+            out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": job.target.name, "step": name,
+                      "command": text, **({"stdin": stdin} if stdin is not None else {})})
         out.outcome(Outcome("dry-run", ExitCode.OK, "nothing was run", {}), job.target.name)
         return ExitCode.OK
     print(f"# gpuops launch --dry-run: target {job.target.name} via {where}")
-    for name, text in steps:
+    for name, text, stdin in steps:
         print(f"\n# {name}")
         print(text)
+        if stdin is not None:
+            print(f"# stdin: {stdin}")
     return ExitCode.OK

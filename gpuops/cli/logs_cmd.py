@@ -8,21 +8,15 @@ from typing import Any
 
 from gpuops.cli.common import load_job, report_cost
 from gpuops.cli.drive import drive, interrupted_abort, renderer
-from gpuops.command import bash
+from gpuops.cli.junit import NO_REPORT
 from gpuops.errors import ExitCode, NoRun
 from gpuops.flow.events import Event, Outcome
 
 
 def current_run(job: Any) -> Any:
-    from gpuops.probe import parse_probe, probe_script
+    from gpuops.flow.outcome import session_state
 
-    result = job.run(bash(probe_script((job.session,))))
-    if result.exit_code != 0:
-        from gpuops.transport.pct import PctTransport
-
-        if isinstance(job.transport, PctTransport):
-            job.transport.raise_for_container(result.err)
-    state = parse_probe(result.out).sessions.get(job.session)
+    state = session_state(job)
     if state is None or state.run is None:
         raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops", hint="start one with `gpuops launch`")
     return state.run
@@ -40,11 +34,11 @@ def wait_started(job: Any, info: Any, deadline: float | None) -> Any:
 
 
 def run_logs(inventory: str | None, playbook: str | None, target: str | None, *, follow: bool, tail: int | None,
-             no_abort: bool, timeout: float | None, as_json: bool, verbose: bool) -> int:
+             no_abort: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
     from gpuops.flow.watch import watch
 
     job = load_job(inventory, playbook, target, need_env=False)
-    render = renderer(as_json, verbose)
+    render = report.wrap(renderer(as_json, verbose), job)  # --junit records what is rendered
     state: dict[str, Any] = {"started": True}
     try:
         info = current_run(job)

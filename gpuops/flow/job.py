@@ -8,9 +8,11 @@ import socket
 import time
 from dataclasses import dataclass
 
-from gpuops.command import MASK, Cmd
+from gpuops.command import Cmd
 from gpuops.config.model import Inventory, Playbook, Target
-from gpuops.transport.base import Result, Transport
+from gpuops.target.masking import Masker
+from gpuops.ship import needs_lib
+from gpuops.transport.base import Result, Stream, Transport
 
 
 @dataclass
@@ -19,6 +21,7 @@ class Job:
     playbook: Playbook
     target: Target
     transport: Transport
+    _lib_ok: bool = False
 
     @property
     def local(self) -> bool:
@@ -43,23 +46,33 @@ class Job:
         return tuple(gpus)
 
     def run(self, cmd: Cmd, *, timeout: float | None = None, stdin: bytes | None = None) -> Result:
-        return self.transport.run(cmd, timeout=timeout or self.timeout, stdin=stdin)
+        """Run a command; a target tool that finds gpuops' target files missing gets them, then runs again."""
+        result = self.transport.run(cmd, timeout=timeout or self.timeout, stdin=stdin)
+        if needs_lib(result.exit_code, result.out):
+            self.install_lib()
+            result = self.transport.run(cmd, timeout=timeout or self.timeout, stdin=stdin)
+        return result
+
+    def open(self, cmd: Cmd) -> Stream:
+        """Start a streaming target tool (its files are made sure of first: a stream cannot be re-run)."""
+        if not self._lib_ok:
+            self.install_lib()
+        return self.transport.open(cmd)
+
+    def install_lib(self) -> None:
+        """Copy gpuops' target package to the target unless its digest's folder is there already."""
+        from gpuops.ship import install
+
+        install(self.transport, timeout=max(self.timeout, 60.0), label=self.target.name, mask=self.mask)
+        self._lib_ok = True
+
+    @property
+    def masker(self) -> Masker:
+        return Masker(self.playbook.secrets)
 
     def mask(self, text: str) -> str:
         """Replace every secret value in text (error messages, output) with ***."""
-        for secret in self._masked:
-            text = text.replace(secret, MASK)
-        return text
-
-    @property
-    def _masked(self) -> list[str]:
-        """The secrets, and each line of a multi-line one (output is shown line by line), longest first."""
-        parts: set[str] = set()
-        for secret in self.playbook.secrets:
-            parts.add(secret)
-            for line in secret.splitlines():
-                parts.update((line, line.strip()))
-        return sorted((p for p in parts if len(p) >= 3), key=len, reverse=True)
+        return self.masker(text)
 
 
 def holder_id() -> str:

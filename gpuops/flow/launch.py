@@ -1,45 +1,24 @@
-"""launch = preflight -> warmup -> start -> watch; `plan` shows the same steps without running them."""
+"""launch = preflight -> warmup -> start (watchdog, then training) -> follow; `plan` shows the same
+steps without running them; `stop` ends a run (or a launch still warming up) from anywhere."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Iterator
 
-from gpuops.command import Cmd, bash
-from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped
-from gpuops.flow.abort import reap
+from gpuops.command import Cmd
+from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped, TargetNotReady
+from gpuops.flow import tools
+from gpuops.flow.abort import abort_run, reap
 from gpuops.flow.events import Event, Outcome
-from gpuops.flow.job import Job, holder_id
+from gpuops.flow.job import Job
 from gpuops.flow.preflight import LaunchLock, evaluate
-from gpuops.flow.scripts import (
-    MARK, abort_script, gpu_memory_script, kill_marked_script, lock_script, prepare_script, run_sh, start_script,
-    warmup_script, write_record,
-)
-from gpuops.flow.warmup import WarmupError, run_warmups
+from gpuops.flow.runspec import meta, prepare_spec
+from gpuops.flow.warmup import WarmupError, render_warmup_command, run_warmups
 from gpuops.flow.watch import watch
-from gpuops.follow import follower_command
-from gpuops.probe import probe_script
 from gpuops.runs import dumps, new_run_id
-
-
-def _meta(job: Job, run_id: str, phase: str, **extra: Any) -> str:
-    pb = job.playbook
-    return dumps({
-        "id": run_id,
-        "playbook": pb.name,
-        "playbook_path": pb.path,
-        "session": job.session,
-        "target": job.target.name,
-        "ctid": job.target.ctid,
-        "command": job.mask(pb.launch.command),
-        "workdir": pb.workdir,
-        "env": {v.name: ("***" if v.secret else v.value) for v in pb.env},
-        "gpus": list(job.run_gpus),
-        "phase": phase,
-        "launched_by": holder_id(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **extra,
-    })
+from gpuops.target import protocol as p
 
 
 def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
@@ -49,12 +28,13 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
     lock = LaunchLock(job)
     probe = lock.acquire()
     run_id: str | None = None
+    started = False
     try:
         if lock.stale_holder:
             yield Event("lock_recovered", target, None, {"holder": lock.stale_holder})
         yield from evaluate(job, probe)
         run_id = new_run_id()
-        _check(job, job.run(bash(prepare_script(run_id, job.session, _meta(job, run_id, "warmup")))), "create the run directory")
+        _prepare(job, run_id)
         yield Event("run_created", target, run_id, {"session": job.session})
         durations: dict[str, float] = {}
         try:
@@ -64,31 +44,31 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
                 yield ev
         except (KeyboardInterrupt, GeneratorExit):
             reap(job, run_id, persistent=False)  # Ctrl-C: do not wait out a dead link
-            job.run(bash(write_record(run_id, "meta.json", _meta(job, run_id, "interrupted", warmup_seconds=durations))))
+            _record(job, run_id, "interrupted", warmup_seconds=durations)
             raise
         except WarmupError as exc:
-            job.run(bash(write_record(run_id, "meta.json", _meta(job, run_id, "warmup-failed", error=job.mask(str(exc)), warmup_seconds=durations))))
-            if getattr(exc, "timed_out_by_deadline", False):
+            _record(job, run_id, "warmup-failed", error=job.mask(str(exc)), warmup_seconds=durations)
+            if exc.timed_out_by_deadline:
                 yield Outcome("timeout", ExitCode.TIMEOUT, f"--timeout ran out during warmup on GPU {exc.gpu}; training not started", {"run": run_id})
                 return
             raise
-        meta = _meta(job, run_id, "running", warmup_seconds=durations)
-        result = job.run(bash(start_script(job.playbook, run_id, meta, run_sh(job.playbook, run_id, local=job.local))))
-        if MARK + "stopped" in result.out:
-            raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
-        if MARK + "session-exists" in result.out:
-            raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
-        if MARK + "started" not in result.out:
-            _check(job, result, "start the tmux session")
-            raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
-        yield Event("started", target, run_id, {"session": job.session, "log": f"~/.gpuops/runs/{run_id}/log", "warmup_seconds": durations})
+        _start(job, run_id, durations)
+        started = True
+        yield Event("started", target, run_id, {"session": job.session, "log": f"~/.gpuops/runs/{run_id}/log",
+                                                "warmup_seconds": durations, "watchdog": True})
     except RunStopped as exc:
         yield Outcome("stopped", exc.exit_code, str(exc), {"run": run_id})
         return
+    except GpuopsError as exc:
+        if run_id is not None and not started and not isinstance(exc, WarmupError):
+            # Leave no half-made run: the record says it never started, and why.
+            _record(job, run_id, "start-failed", error=job.mask(str(exc)), quiet=True)
+        raise
     finally:
         lock.release()
     if detach:
-        yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{job.session}' on {target}", {"run": run_id})
+        yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{job.session}' on {target}; "
+                      "its watchdog stops it on a fatal signature or a stall", {"run": run_id})
         return
     yield from watch(job, run_id, deadline=deadline)
 
@@ -98,68 +78,117 @@ def _check(job: Job, result: Any, what: str) -> None:
         raise RemoteError(f"{job.target.name}: could not {what} (exit {result.exit_code}): {job.mask(result.err.strip())[-400:]}")
 
 
-def plan(job: Job) -> list[tuple[str, str]]:
-    """Every command a launch would send, rendered exactly (secrets masked): (step, command)."""
-    t = job.transport
-    run_id = "<run-id>"
+def _prepare(job: Job, run_id: str) -> None:
+    """The run directory, from one JSON document on stdin (env values of any size)."""
+    result = job.run(tools.prepare(run_id), stdin=prepare_spec(job, run_id))
+    if result.exit_code == 70:
+        raise TargetNotReady(f"{job.target.name}: {job.mask(result.err.strip())[-300:]}",
+                             hint="the run directory lives under ~/.gpuops in the target user's home: make it writable")
+    _check(job, result, "create the run directory")
+
+
+def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: Any) -> None:
+    """Rewrite meta.json with the launch's phase (best effort when the launch is failing anyway)."""
+    try:
+        job.run(tools.record(run_id, p.META), stdin=dumps(meta(job, run_id, phase, **extra)).encode())
+    except GpuopsError:
+        if not quiet:
+            raise
+
+
+def _start(job: Job, run_id: str, durations: dict[str, float]) -> None:
+    """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
+    _record(job, run_id, "running", warmup_seconds=durations)
+    result = job.run(tools.start(run_id), timeout=max(job.timeout, 90.0))
+    said = dict(p.marks(result.out))
+    target = job.target.name
+    if "stopped" in said:
+        raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
+    if "session-exists" in said:
+        raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
+    if "watchdog-failed" in said:
+        raise TargetNotReady(f"{target}: the watchdog could not start, so training was not started: "
+                             f"{job.mask(said['watchdog-failed'])}", hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
+    if "started" not in said:
+        _check(job, result, "start the tmux session")
+        raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
+
+
+def plan(job: Job) -> list[tuple[str, str, str | None]]:
+    """Every command a launch would send, rendered exactly (secrets masked), with what goes on its stdin:
+    (step, command, stdin or None)."""
+    from gpuops.ship import bundle, install_command
+
     rid = "00000000-000000-000000"
-    steps: list[tuple[str, str]] = [
-        ("preflight (lock + probe, one round trip)", t.render(bash(lock_script(job.session, "<user@machine pid N>", probe_script((job.session,)))))),
-        ("create the run directory", t.render(bash(prepare_script(rid, job.session, _meta(job, rid, "warmup"))))),
+
+    def show(cmd: Cmd) -> str:
+        return job.transport.wrap(cmd).render(display=True, mask=job.mask)
+
+    def shown(data: bytes) -> str:
+        return job.mask(data.decode())
+
+    b = bundle()
+    running = dumps(meta(job, rid, "running", warmup_seconds={})).encode()
+    record = json.dumps({"reason": "match", "rule": "<rule>", "line": "<matched line>", "excerpt": "<excerpt>"}).encode()
+    steps: list[tuple[str, str, str | None]] = [
+        ("copy gpuops' target files, only when the target lacks them", show(install_command()),
+         f"<a {len(b.zip)}-byte zip of gpuops/target (digest {b.digest})>"),
+        ("preflight (lock + probe, one round trip)", show(tools.lock(job.session, "<user@machine pid N>", job.run_gpus)),
+         "<a heartbeat line every 5 s, then `release`>"),
+        ("create the run directory", show(tools.prepare(rid)), prepare_spec(job, rid, shown=True).decode()),
     ]
     if job.playbook.warmup:
         for gpu in job.playbook.warmup.gpus:
-            steps.append((f"warmup GPU {gpu}", t.render(bash(warmup_script(job.playbook, rid, gpu, local=job.local)))))
-            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", t.render(bash(gpu_memory_script((gpu,))))))
-    steps.append(("start in tmux", t.render(bash(start_script(job.playbook, rid, _meta(job, rid, "running"), run_sh(job.playbook, rid, local=job.local))))))
-    steps.append(("follow the log", t.render(follower_command(rid, job.session, 0, 0, -1, False))))
-    ab = job.playbook.abort
-    steps.append(("on a match or stall: abort", t.render(bash(abort_script(job.session, rid, ab.signal, ab.grace, "<abort record>", job.run_gpus, job.playbook.preflight.max_memory_used_mib)))))
-    steps.append(("after the run: reap leftover processes", t.render(bash(kill_marked_script(f"GPUOPS_RUN_ID={rid}")))))
-    if job.playbook.warmup:
-        failed = _meta(job, rid, "warmup-failed", error="<error>", warmup_seconds={})
-        steps.append(("if a warmup fails: reap its processes as above, then record it",
-                      t.render(bash(write_record(rid, "meta.json", failed)))))
-    # Secret env values render as ***; a secret also written literally into a command is masked too.
-    return [(name, job.mask(text.replace(rid, run_id))) for name, text in steps]
+            cmd = tools.warmup(rid, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+            steps.append((f"warmup GPU {gpu}", show(cmd), None))
+            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", show(tools.gpu_memory((gpu,))), None))
+    steps += [
+        ("record the phase", show(tools.record(rid, p.META)), shown(running)),
+        ("start the watchdog, then training in tmux", show(tools.start(rid)), None),
+        ("follow the log and the watchdog's events", show(tools.follow(rid, job.session, 0, 0, -1, False, 0)), None),
+        ("stop the run: a match or a stall while its watchdog is gone, or --timeout", show(tools.abort(rid, "client")),
+         shown(record)),
+        ("after a run its watchdog did not see end: reap leftover processes", show(tools.reap(rid)), None),
+    ]
+    return [(name, text.replace(rid, "<run-id>"), None if data is None else data.replace(rid, "<run-id>"))
+            for name, text, data in steps]
 
 
 def stop(job: Job) -> Iterator[Event | Outcome]:
     """Abort the current run the way a matched signature does; success once no run is alive."""
-    from gpuops.flow.abort import abort_run
-    from gpuops.probe import parse_probe
+    from gpuops.flow.outcome import run_info, session_state
 
-    probe = parse_probe(job.run(bash(probe_script((job.session,)))).out)
-    state = probe.sessions.get(job.session)
-    info = state.run if state else None
-    if state is not None and state.locked_by and info is not None and info.meta.get("phase") in ("preflight", "warmup"):
-        yield from _stop_launch(job, info)
-        return
-    if state is None or not state.alive:
-        if info is not None:
-            reap(job, info.run_id, persistent=False)
-        yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}", {"run": info.run_id if info else None})
-        return
-    run_id = info.run_id if info else "unknown"
-    yield Event("abort_start", job.target.name, run_id, {"reason": "stop"})
-    if info is None:
+    state = session_state(job)
+    info = state.run if state is not None else None
+    if state is not None and info is None and state.alive:
+        yield Event("abort_start", job.target.name, None, {"reason": "stop", "by": "stop"})
         job.run(Cmd("tmux", "kill-session", "-t", f"={job.session}"))
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
-    result = abort_run(job, run_id, "stop")
-    yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus,
-                                                     "seconds": round(result.seconds, 3)})
+    state_alive = info is not None and (info.session_alive or info.state == "warming")
+    if info is None or not state_alive:
+        if info is not None:
+            reap(job, info.run_id, persistent=False)
+        yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}",
+                      {"run": info.run_id if info else None})
+        return
+    run_id = info.run_id
+    warming = info.state == "warming"
+    yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "by": "stop",
+                                                          **({"phase": info.meta.get("phase")} if warming else {})})
+    result = abort_run(job, run_id, "stop", by="stop")
+    if not result.won:
+        yield Event("stopped_elsewhere", job.target.name, run_id, {"reason": result.record.get("reason"),
+                                                                   "stopped_by": result.by, "rule": result.record.get("rule")})
+    else:
+        yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus,
+                                                         "seconds": round(result.seconds, 3), "by": "stop"})
     if result.survivors:
         raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")
-    yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})
-
-
-def _stop_launch(job: Job, info: Any) -> Iterator[Event | Outcome]:
-    """A launch still warming up: record the stop (the launcher checks before each step), kill its warmup."""
-    from gpuops.flow.abort import abort_record
-
-    run_id = info.run_id
-    yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "phase": info.meta.get("phase")})
-    job.run(bash(write_record(run_id, "abort.json", dumps(abort_record(job, "stop")))))
-    reap(job, run_id, persistent=False)
-    yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})
+    after = run_info(job, run_id)
+    if after is not None and after.session_alive:
+        raise GpuopsError(f"{job.target.name}: run {run_id} is still alive after its abort ({json.dumps(after.abort)})")
+    if warming:
+        yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})
+    else:
+        yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})

@@ -5,14 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
-from gpuops.command import bash
-from gpuops.errors import PreflightFailed, RemoteError, RunAlive
+from gpuops.errors import PreflightFailed, RemoteError, RunAlive, TargetNotReady
+from gpuops.flow import tools
 from gpuops.flow.events import Event
 from gpuops.flow.job import Job, holder_id
-from gpuops.flow.scripts import MARK, lock_script
 from gpuops.gpus import Finding, check_idle
-from gpuops.probe import Probe, parse_probe, probe_script
-from gpuops.transport.pct import PctTransport
+from gpuops.probe import Probe, parse_probe
+from gpuops.target import protocol as p
+
+#: The oldest Python the target package runs on (tests/test_target_package.py proves it).
+OLDEST_PYTHON = (3, 8)
 
 
 class PreflightProblem(PreflightFailed):
@@ -39,22 +41,28 @@ class LaunchLock:
         self.stale_holder: str | None = None
 
     def acquire(self) -> Probe:
-        """Take the lock and return the probe taken under it; raise RunAlive when another holds it."""
+        """Take the locks (the session's and its GPUs') and return the probe taken under them;
+        raise RunAlive when another launch or run holds one."""
         job = self.job
-        script = lock_script(job.session, holder_id(), probe_script((job.session,)))
-        self._stream = job.transport.open(bash(script))
+        self.holder = holder_id()
+        self._stream = job.open(tools.lock(job.session, self.holder, job.run_gpus))
         text = self._read_until_locked()
-        lines = text.splitlines()
-        for line in lines:
-            if line.startswith(MARK + "busy"):
+        for key, value in p.marks(text):
+            if key == "busy":
                 self.release()
-                holder = line[len(MARK) + 5 :].strip() or "another gpuops process"
                 raise RunAlive(
-                    f"{job.target.name}: a launch of '{job.session}' is already in progress ({holder})",
+                    f"{job.target.name}: a launch of '{job.session}' is already in progress ({value.strip() or 'another gpuops process'})",
                     hint="wait for it, or see `gpuops status`",
                 )
-            if line.startswith(MARK + "stale"):
-                self.stale_holder = line[len(MARK) + 6 :].strip()
+            if key == "gpu-held":
+                self.release()
+                gpu, _, holder = value.partition(" ")
+                raise RunAlive(
+                    f"{job.target.name}: GPU {gpu} belongs to another {holder}",
+                    hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
+                )
+            if key == "stale":
+                self.stale_holder = value.strip()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
         self._thread.start()
         return parse_probe(text)
@@ -62,8 +70,7 @@ class LaunchLock:
     def _read_until_locked(self) -> str:
         assert self._stream is not None
         buf = b""
-        # A line of its own: the probe's per-session "locked <holder>" lines start the same way.
-        marker = ("\n" + MARK + "locked\n").encode()
+        marker = ("\n" + p.mark("locked-ok") + "\n").encode()
         while marker not in buf:
             chunk = self._stream.read(self.job.timeout)
             if chunk is None or chunk == b"":
@@ -71,10 +78,11 @@ class LaunchLock:
                 self._stream.close()
                 self._stream = None
                 text = buf.decode("utf-8", "replace")
-                if MARK + "busy" in text:
+                if any(key in ("busy", "gpu-held") for key, _ in p.marks(text)):
                     return text
-                if isinstance(self.job.transport, PctTransport):
-                    self.job.transport.raise_for_container(text)
+                raise_for_container = getattr(self.job.transport, "raise_for_container", None)
+                if raise_for_container:
+                    raise_for_container(text)
                 raise RemoteError(
                     f"{self.job.target.name}: could not take the launch lock (exit {code}): {text.strip()[-400:] or 'no output'}",
                     hint="the target needs bash, flock (util-linux) and a writable home directory",
@@ -113,6 +121,7 @@ def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
             f"{job.target.name}: tmux session '{job.session}' is alive ({run})",
             hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
         )
+    ready(job, probe)
     findings: list[Finding] = []
     if pf.gpus:
         if probe.smi != "ok":
@@ -139,3 +148,17 @@ def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
         data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi},
     )
 
+
+def ready(job: Job, probe: Probe) -> None:
+    """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""
+    name = job.target.name
+    if not probe.tmux:
+        raise TargetNotReady(f"{name}: tmux is not installed on the target (the run lives in a tmux session)",
+                             hint="install tmux there (apt-get install tmux)")
+    if probe.python is None:
+        raise TargetNotReady(f"{name}: python3 is not installed on the target (gpuops' watchdog runs beside the run)",
+                             hint="install python3 there (apt-get install python3)")
+    if probe.python < OLDEST_PYTHON:
+        raise TargetNotReady(
+            f"{name}: the target's python3 is {'.'.join(map(str, probe.python))}; gpuops' watchdog needs "
+            f"{'.'.join(map(str, OLDEST_PYTHON))} or newer", hint="install a newer python3 on the target")

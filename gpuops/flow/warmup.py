@@ -5,15 +5,32 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from gpuops.command import bash
-from gpuops.errors import RunStopped, WarmupFailed
+import re
+
+from gpuops.errors import ConnectError, RunStopped, WarmupFailed
+from gpuops.flow import tools
 from gpuops.flow.abort import reap
 from gpuops.flow.events import Event
 from gpuops.flow.job import Job
-from gpuops.flow.scripts import MARK, STOPPED_EXIT, gpu_memory_script, warmup_script
+from gpuops.target import protocol as p
+from gpuops.target.smi import SmiError, parse_sample
 
 TAIL_LINES = 30
-STOPPED_LINE = (MARK + "stopped").encode()
+STOPPED_LINE = p.mark("stopped").encode()
+
+
+class WarmupConnectionLost(ConnectError):
+    """The connection dropped during a warmup: the warmup was stopped, training not started."""
+
+
+def render_warmup_command(template: str, gpu: int) -> str:
+    """Replace {gpu} in one left-to-right pass; {{ and }} are literal braces."""
+    return re.sub(r"\{\{|\}\}|\{gpu\}", lambda m: {"{{": "{", "}}": "}"}.get(m.group(0), str(gpu)), template)
+
+
+def warmup_command(job: Job, run_id: str, gpu: int):
+    assert job.playbook.warmup is not None
+    return tools.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
 
 
 class WarmupError(WarmupFailed):
@@ -48,7 +65,7 @@ def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iter
 
 
 def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
-    stream = job.transport.open(bash(warmup_script(job.playbook, run_id, gpu, local=job.local)))
+    stream = job.open(warmup_command(job, run_id, gpu))
     deadline = time.monotonic() + timeout
     pending = b""
     code: int | None = None
@@ -76,12 +93,19 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
                 yield Event("warmup_output", job.target.name, run_id, {"gpu": gpu, "line": line})
         if pending:
             tail.append(job.mask(pending.decode("utf-8", "replace")))
+        lost = code is not None and code < 0 and stream.connection_lost()
     finally:
         stream.close()
     if code == 0:
         return
+    if lost:
+        # Not the warmup's failure: the link dropped. Stop the warmup there (through a new connection).
+        reap(job, run_id)
+        raise WarmupConnectionLost(
+            job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
+            "training was not started", hint="check the network to the host, then launch again")
     _kill(job, run_id, gpu)
-    if stopped or code == STOPPED_EXIT:
+    if stopped or code == p.STOPPED_EXIT:
         raise RunStopped(f"{job.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
     if code is None:
         raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
@@ -105,15 +129,15 @@ def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str
     used: int | None = None
     announced = False
     while True:
-        result = job.run(bash(gpu_memory_script((gpu,))))
+        result = job.run(tools.gpu_memory((gpu,)))
         if result.exit_code != 0:
             if "not found" in result.err or result.exit_code == 127:
                 return  # no nvidia-smi on this target (the local demo): nothing to drain
             raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {result.err.strip()}", gpu, tail)
-        for line in result.out.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 2 and parts[0] == str(gpu):
-                used = int(parts[1])
+        try:
+            used = parse_sample(result.out).get(gpu, (None, None))[0]
+        except SmiError as exc:
+            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {exc}", gpu, tail) from None
         if used is None or used <= limit:
             return
         if time.monotonic() >= deadline:

@@ -38,6 +38,9 @@ class Stream(Protocol):
     def wait(self, timeout: float) -> int | None:
         """The exit code, or None if the command did not end within timeout."""
 
+    def connection_lost(self) -> bool:
+        """Whether the stream ended because its connection dropped (not because the command ended)."""
+
     def close(self) -> None:
         """Drop the stream; the remote command may live on (stop it explicitly)."""
 

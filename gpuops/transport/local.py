@@ -57,6 +57,9 @@ class LocalStream:
         except subprocess.TimeoutExpired:
             return None
 
+    def connection_lost(self) -> bool:
+        return False  # a local process has no connection to lose
+
     def close(self) -> None:
         self.close_stdin()
         if self._proc.poll() is None:

@@ -1,4 +1,8 @@
-"""`python3 -m gpuops.demo warmup|train`: the workload of playbooks/demo.yaml (stdlib only)."""
+"""`python3 demo_trainer.py warmup|train`: the workload of playbooks/demo.yaml (standard library only).
+
+A file beside the playbook, not a module of gpuops: the demo runs with whatever python3 the machine
+has, however gpuops itself was installed (an unactivated venv, pipx).
+"""
 
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ def train(steps: int, interval: float, fail_at: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m gpuops.demo")
+    ap = argparse.ArgumentParser(prog="python3 demo_trainer.py")
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("warmup")
     w.add_argument("--gpu", type=int, required=True)

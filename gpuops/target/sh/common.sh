@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sourced by run.sh and warmup.sh: the run directory, the stop check, the workdir and the env.
+# shellcheck disable=SC2034 # D is used by the scripts that source this file
+
+# run_dir RUN_ID: sets D, refusing anything that is not a run id.
+run_dir() {
+  case "${1:-}" in ""|*[!0-9a-z-]*) echo "gpuops: not a run id: ${1:-}" >&2; exit 2;; esac
+  D="$HOME/.gpuops/runs/$1"
+  [ -d "$D" ] || { echo "gpuops: no run directory $D" >&2; exit 2; }
+}
+
+# stopped_check: `gpuops stop` during a launch claimed abort.json: say so and end before anything starts.
+stopped_check() {
+  if [ -f "$D/abort.json" ]; then echo "@@gpuops stopped"; exit 86; fi
+}
+
+# enter_workdir: cd as the playbook says ($D/workdir: empty = home, ~ and ~/... = the home, a
+# relative path from the home as written, an absolute path). Fails with bash's own words on stderr.
+enter_workdir() {
+  local wd
+  wd=$(cat "$D/workdir" 2>/dev/null)
+  cd "$HOME" || return 1
+  # shellcheck disable=SC2088 # "~/"* is the literal text of the file, matched as a pattern
+  case "$wd" in
+    "") return 0;;
+    "~") cd -- "$HOME" || return 1;;
+    "~/"*) cd -- "$HOME/${wd#\~/}" || return 1;;
+    *) cd -- "$wd" || return 1;;
+  esac
+}
+
+# load_env: the playbook's env exports (mode 0600: they hold the secret values), then the run's marker.
+load_env() {
+  # shellcheck disable=SC1091 # written per run by `gpuops launch`
+  . "$D/env.sh"
+  export GPUOPS_RUN_ID="${D##*/}" GPUOPS_RUN_DIR="$D"
+}

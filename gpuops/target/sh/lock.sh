@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The launch lock of one session and of the GPUs the run will use: taken here, printed with the
+# probe taken under it, and held for as long as the launcher's heartbeats keep coming on stdin.
+# Usage: lock.sh SESSION HOLDER [GPU...]
+# A GPU belongs to at most one launch or run on this target, whatever the playbook: a GPU whose
+# lock another launch holds, or that a live run of another session uses, is refused (gpu-held).
+set -u
+S=$1 HOLDER=$2
+shift 2
+HERE=$(dirname "${BASH_SOURCE[0]}")
+G="$HOME/.gpuops"
+mkdir -p "$G/locks" "$G/runs" "$G/sessions" || exit 70
+L="$G/locks/$S"
+exec 9>>"$L.lock" || exit 70
+# Held without a holder's name: a launcher that is just writing it, or a status probe peeking
+# (flock -n ... true): retry for a moment, so a refusal is real and names who holds the lock.
+i=0
+until flock -n 9; do
+  h=$(head -c 300 "$L.holder" 2>/dev/null)
+  if [ -n "$h" ] || [ $i -ge 20 ]; then echo "@@gpuops busy $h"; exit 75; fi
+  sleep 0.05; i=$((i+1))
+done
+
+# The GPUs: each one's lock (another launch in progress), then the live runs of other sessions.
+gpu_fds=()
+for N in "$@"; do
+  exec {fd}>>"$G/locks/gpu-$N.lock" || exit 70
+  i=0
+  until flock -n "$fd"; do
+    h=$(head -c 300 "$G/locks/gpu-$N.holder" 2>/dev/null)
+    if [ -n "$h" ] || [ $i -ge 20 ]; then echo "@@gpuops gpu-held $N launch: $h"; exit 75; fi
+    sleep 0.05; i=$((i+1))
+  done
+  gpu_fds+=("$fd")
+done
+if [ $# -gt 0 ]; then
+  for f in "$G"/sessions/*; do
+    [ -f "$f" ] || continue
+    other=${f##*/}
+    [ "$other" = "$S" ] && continue
+    tmux has-session -t "=$other" 2>/dev/null || continue
+    R=$(head -c 64 "$f" 2>/dev/null)
+    case "$R" in ""|*[!0-9a-z-]*) continue;; esac
+    used=$(grep -o '"gpus":\[[0-9,]*\]' "$G/runs/$R/meta.json" 2>/dev/null | tr -dc '0-9,')
+    for N in "$@"; do
+      case ",$used," in *",$N,"*) echo "@@gpuops gpu-held $N run $R (tmux session $other)"; exit 75;; esac
+    done
+  done
+fi
+
+stale=$(head -c 300 "$L.holder" 2>/dev/null)
+printf '%s\n' "$HOLDER" >"$L.holder"
+for N in "$@"; do printf 'session %s: %s\n' "$S" "$HOLDER" >"$G/locks/gpu-$N.holder"; done
+[ -n "$stale" ] && echo "@@gpuops stale $stale"
+close_locks() { exec 9>&-; for fd in "${gpu_fds[@]}"; do exec {fd}>&-; done; }
+( close_locks; bash "$HERE/probe.sh" "$S" )
+echo "@@gpuops locked-ok"
+
+# Hold the locks while the launcher sends heartbeats; a silent launcher is a dead one. A launcher
+# that ends normally says `release`; one that died leaves its name in the holder file, so the
+# next launch reports the recovery (`stale`).
+released=
+while IFS= read -r -t 30 line; do [ "$line" = release ] && { released=1; break; }; done
+# A launcher that died during warmup left its warmup running (holding the GPU): stop it, as the
+# launcher would have, before the locks are free. Quietly: our stdout may be gone with it.
+R=$(head -c 64 "$G/sessions/$S" 2>/dev/null)
+case "$R" in ""|*[!0-9a-z-]*) R="";; esac
+if [ -z "$released" ] && [ -n "$R" ] && grep -qsF '"phase":"warmup"' "$G/runs/$R/meta.json" \
+    && ! tmux has-session -t "=$S" 2>/dev/null; then
+  ( close_locks; bash "$HERE/kill_marked.sh" "$R" ) >/dev/null 2>&1
+fi
+if [ -n "$released" ]; then
+  rm -f "$L.holder"
+  for N in "$@"; do rm -f "$G/locks/gpu-$N.holder"; done
+fi
+true

@@ -1,0 +1,337 @@
+"""Watch one run from beside it: log -> matcher -> stall clock -> detectors -> the one abort.
+
+Runs on the target, started by the supervisor (supervise.py) before the training command, so
+it reads the log from byte 0. It needs no client: it applies the rules the run was launched
+with (watch.json), stops the run itself through abort.py, writes its decisions to events.jsonl
+(append-only) and its heartbeat and resume point to watchdog.json every second. Killed, it is
+started again and carries on from its last checkpoint: matches already reported (same rule,
+same offset) are not reported twice, and none is lost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from . import protocol as p
+from . import tmux
+from .abort import claim, reap, stop_run
+from .masking import Masker
+from .records import read_json
+from .runfiles import append_event
+from .stall import StallClock
+from .watchcfg import build_matcher, stall_config
+
+POLL = 0.02
+READ = 1 << 20
+#: After this many reports of one warn rule, further matches are counted, not reported.
+MAX_REPORTS = 100
+#: Reported matches a restarted watchdog remembers (to report none twice); older ones are past its checkpoint.
+MAX_REMEMBERED = 10000
+
+
+def _write_state(path: str, record: Dict[str, Any]) -> None:
+    """The heartbeat: rewritten every second, so atomically but without fsync."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
+class EventLog:
+    """events.jsonl: the watchdog's decisions, one JSON object a line, appended (never rewritten)."""
+
+    def __init__(self, d: str) -> None:
+        self.path = os.path.join(d, p.EVENTS)
+        self.reported: set = set()
+        self.counts: Dict[str, int] = {}
+        try:
+            with open(self.path, "rb") as fh:
+                for raw in fh:
+                    try:
+                        ev = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(ev, dict) and ev.get("event") == "match":
+                        self.reported.add((ev.get("rule"), ev.get("offset")))
+                        self.counts[ev.get("rule")] = self.counts.get(ev.get("rule"), 0) + 1
+        except OSError:
+            pass
+        self.d = d
+
+    def write(self, event: str, **data: Any) -> None:
+        append_event(self.d, event, **data)
+
+
+class Watchdog:
+    """One run's watchdog: call run() once."""
+
+    def __init__(self, d: str, cfg: Dict[str, Any]) -> None:
+        self.d, self.cfg = d, cfg
+        self.run_id = os.path.basename(d)
+        self.session = cfg["session"]
+        self.masker = Masker(cfg.get("secrets") or [])
+        self.events = EventLog(d)
+        self.state_path = os.path.join(d, p.WATCHDOG)
+        state = read_json(self.state_path) or {}
+        self.started = float(state.get("started") or time.time())
+        self.offset = int(state.get("safe_offset") or 0)
+        self.line = int(state.get("safe_line") or 1)
+        self.inode = int(state.get("inode") or 0)
+        self.safe = (self.offset, self.line)
+        self.matcher = build_matcher(cfg, self.offset, self.line, self.masker)
+        timeout, auto = stall_config(cfg)
+        self.stall = StallClock(timeout, auto, time.monotonic() - (time.time() - self.started))
+        if state.get("stall"):
+            self.stall.restore(state["stall"])
+        self.fh: Optional[Any] = None
+        self.status = "watching"
+        self.first_abort: Optional[Any] = None
+        self.aborter: Optional[threading.Thread] = None
+        self.claimed_by: Optional[str] = None
+        self.session_seen = bool(state.get("session_seen"))
+        self.last_beat = self.last_session_check = 0.0
+        self.session_alive = True
+        self.stall_said = False
+        self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
+
+    # -- the log --------------------------------------------------------------------------
+    def read_log(self) -> bool:
+        """Feed what the log has beyond the offset to the matcher; True when bytes came."""
+        path = os.path.join(self.d, p.LOG)
+        if self.fh is None:
+            try:
+                self.fh = open(path, "rb")
+            except OSError:
+                return False
+            st = os.fstat(self.fh.fileno())
+            if (self.inode and st.st_ino != self.inode) or st.st_size < self.offset:
+                self.reset("the log was replaced" if self.inode and st.st_ino != self.inode else "the log was truncated")
+            self.inode = st.st_ino
+            self.fh.seek(self.offset)
+        data = self.fh.read(READ)
+        if not data:
+            try:
+                st = os.stat(path)
+            except OSError:
+                st = None
+            if st is None or st.st_ino != self.inode or st.st_size < self.offset:
+                self.fh.close()
+                self.fh = None
+            return False
+        self.offset += len(data)
+        self.stall.grew(time.monotonic())
+        self.stall_said = False
+        for hit in self.matcher.feed(data):
+            self.on_hit(hit)
+        self.after_feed()
+        return True
+
+    def reset(self, why: str) -> None:
+        self.offset, self.line = 0, 1
+        self.matcher = build_matcher(self.cfg, 0, 1, self.masker)
+        self.events.write("log_reset", why=why)
+
+    def after_feed(self) -> None:
+        for name, seconds in self.matcher.guard.take_disabled():
+            self.events.write("rule_disabled", rule=name, seconds=round(seconds, 3),
+                              message="rule '%s' took %.1fs on one line (its pattern backtracks catastrophically); "
+                                      "it is no longer applied, the other rules are" % (name, seconds))
+        point = self.matcher.checkpoint()
+        if point is not None:
+            self.safe = point
+
+    def on_hit(self, hit: Any) -> None:
+        key = (hit.rule, hit.offset)
+        if key in self.events.reported:
+            # Reported before a restart; an abort it asked for that was never claimed is claimed now.
+            if hit.action == "abort" and self.first_abort is None and not os.path.exists(os.path.join(self.d, p.ABORT)):
+                self.first_abort = hit
+                self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
+            return
+        self.events.reported.add(key)
+        if len(self.events.reported) > MAX_REMEMBERED:
+            self.events.reported = {k for k in self.events.reported if k[1] is not None and k[1] >= self.safe[0]}
+        count = self.events.counts.get(hit.rule, 0) + 1
+        self.events.counts[hit.rule] = count
+        if hit.action == "abort" or count <= MAX_REPORTS:
+            self.events.write("match", rule=hit.rule, action=hit.action, description=hit.description, line=hit.line,
+                              line_number=hit.line_number, offset=hit.offset, excerpt=hit.excerpt)
+        if hit.action == "abort" and self.first_abort is None:
+            self.first_abort = hit
+            self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
+
+    # -- stopping the run ---------------------------------------------------------------------
+    def abort(self, reason: str, **why: Any) -> None:
+        """Claim the abort and run the sequence in the background (heartbeats go on meanwhile)."""
+        if self.status != "watching":
+            return
+        ab = self.cfg.get("abort") or {}
+        record = {"reason": reason, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "signal": ab.get("signal", "INT"), "grace": ab.get("grace", 30), "by": "watchdog", "pid": os.getpid()}
+        record.update({k: v for k, v in why.items() if v is not None})
+        won, current = claim(self.d, record)
+        if not won:
+            self.seen_claim(current)
+            return
+        self.status = "aborting"
+        self.events.write("abort_start", reason=reason, rule=why.get("rule"))
+
+        def sequence() -> None:
+            result = stop_run(self.d, self.cfg)
+            self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
+
+        self.aborter = threading.Thread(target=sequence, name="gpuops-abort", daemon=True)
+        self.aborter.start()
+
+    def seen_claim(self, record: Dict[str, Any]) -> None:
+        """Someone else stopped the run (a client, `gpuops stop`, --timeout): say so once, do not signal."""
+        if self.status == "watching":
+            self.status = "aborting"
+            self.claimed_by = str(record.get("by") or "?")
+            self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by,
+                              rule=record.get("rule"))
+
+    def check_claims(self) -> None:
+        """An abort claimed by someone whose process is gone before it finished: finish it (kill, reap, drain)."""
+        record = read_json(os.path.join(self.d, p.ABORT))
+        if record is None:
+            return
+        if self.status == "watching":
+            self.seen_claim(record)
+        done = os.path.exists(os.path.join(self.d, p.ABORT_DONE))
+        if done or self.aborter is not None or record.get("by") == "watchdog" and record.get("pid") == os.getpid():
+            return
+        pid = record.get("pid")
+        if isinstance(pid, int) and pid > 0 and not _alive(pid):
+            self.events.write("abort_completed", stopped_by=record.get("by"),
+                              message="the process that claimed the abort is gone; the watchdog finishes it")
+            self.aborter = threading.Thread(target=lambda: stop_run(self.d, self.cfg), daemon=True)
+            self.aborter.start()
+
+    def check_stall(self, now: float) -> None:
+        if self.status != "watching" or not self.stall.stalled(now):
+            return
+        seconds = round(self.stall.silent_for(now), 1)
+        limit = self.stall.timeout_now(now)
+        missing = not os.path.exists(os.path.join(self.d, p.LOG))
+        if not self.stall_said:
+            self.stall_said = True
+            self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(),
+                              **({"log_missing": True} if missing else {}))
+        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=self.last_line(),
+                   **({"log_missing": True} if missing else {}))
+
+    def last_line(self) -> Optional[str]:
+        """The log's last non-blank line, masked then cut: why a stalled run stalled, at a glance."""
+        try:
+            with open(os.path.join(self.d, p.LOG), "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+                tail = fh.read()
+        except OSError:
+            return None
+        for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                return self.masker.cut(text, 300, keep_end=True)
+        return None
+
+    # -- the end ------------------------------------------------------------------------------
+    def ended(self, now: float) -> bool:
+        """The run is over: its command exited or its session is gone, and any abort finished."""
+        if now - self.last_session_check >= 0.5:
+            self.last_session_check = now
+            started = os.path.exists(os.path.join(self.d, p.STARTED))  # before the check: then alive is current
+            self.session_alive = tmux.alive(self.session)
+            self.session_seen = self.session_seen or started or self.session_alive
+        over = os.path.exists(os.path.join(self.d, p.EXIT_CODE)) or (self.session_seen and not self.session_alive)
+        if not over:
+            return False
+        if os.path.exists(os.path.join(self.d, p.ABORT)):
+            return os.path.exists(os.path.join(self.d, p.ABORT_DONE))
+        return True
+
+    def finish(self) -> None:
+        """Reap what is left (a worker can outlive its session and keep writing), drain the log,
+        settle a match the run outlived, record the end."""
+        if not os.path.exists(os.path.join(self.d, p.ABORT)):
+            vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
+            survivors = reap(self.run_id)
+            if vanished:
+                self.events.write("session_gone", message="the run's tmux session is gone while its command ran "
+                                  "(killed by hand?); what was left of the run was stopped")
+            if survivors:
+                self.events.write("survivors", pids=survivors)
+        for _ in range(10000):  # nothing writes any more; the bound is for a writer that survived SIGKILL
+            if not self.read_log():
+                break
+        for hit in self.matcher.finish():
+            self.on_hit(hit)
+        if self.aborter is not None:
+            self.aborter.join()
+        self.status = "done"
+        self.events.write("done")
+        self.beat(force=True)
+
+    def beat(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self.last_beat < p.HEARTBEAT_EVERY:
+            return
+        self.last_beat = now
+        _write_state(self.state_path, {
+            "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
+            "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
+            "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
+            "restarts": self.restarts, "disabled_rules": sorted(self.matcher.guard.disabled),
+        })
+
+    def run(self) -> int:
+        if self.restarts:
+            self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
+        self.beat(force=True)
+        next_claim_check = 0.0
+        while True:
+            got = self.read_log()
+            now_m, now = time.monotonic(), time.time()
+            self.check_stall(now_m)
+            if now >= next_claim_check:
+                next_claim_check = now + 0.25
+                self.check_claims()
+            self.beat()
+            if not got and self.ended(now):
+                self.finish()
+                return 0
+            if not got:
+                time.sleep(POLL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list) -> int:
+    (run_id,) = argv
+    d = p.run_dir(run_id)
+    lock = open(os.path.join(d, "watchdog.lock"), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one watchdog per run: a second waits for the first to end
+    cfg = read_json(os.path.join(d, p.WATCH))
+    if cfg is None:
+        sys.stderr.write("watchdog: no readable %s in %s\n" % (p.WATCH, d))
+        return 3
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    return Watchdog(d, cfg).run()
+
+
+tool_watchdog = main
