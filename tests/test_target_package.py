@@ -79,3 +79,44 @@ def test_every_module_imports_and_matches_a_real_log_on_python_3_8(tmp_path: Pat
     result = subprocess.run([python, "-E", "-s", "-S", "-c", program], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "(3, 8) ['fx-tracing-race']"
+
+
+SH = TARGET / "sh"
+
+
+def test_the_shell_tools_are_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed here (.ci/run installs it)")
+    scripts = sorted(str(p) for p in SH.glob("*.sh"))
+    assert len(scripts) >= 5
+    result = subprocess.run([shellcheck, "-x", "-P", str(SH), *scripts], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
+    """A marker is spelled in protocol.py and printed by a tool: one home for the wire protocol."""
+    import re
+
+    from gpuops.target import protocol
+
+    printed: set[str] = set()
+    for path in sorted((REPO / "gpuops").rglob("*")):
+        if path.suffix in (".sh", ".py") and "__pycache__" not in path.parts and path.name != "protocol.py":
+            printed.update(re.findall(r"@@gpuops ([a-z_-]+)", path.read_text()))
+            for key in re.findall(r"""\bmark\(\s*["']([a-z_-]+)["']""", path.read_text()):
+                printed.add(key)
+    assert printed, "no marker found: the pattern is wrong"
+    assert printed - protocol.MARKS == set()
+    assert "need-lib" in printed and "locked-ok" in printed and "survivors" in printed
+
+
+def test_no_program_is_written_inside_a_string() -> None:
+    """What runs on the target is a file: gpuops' own modules hold no `python3 -c` program and no
+    script of more than a few lines (the bootstrap that finds the shipped files is three)."""
+    import re
+
+    for path in sorted((REPO / "gpuops").rglob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"python3?['\"]?,\s*['\"]-c['\"]", text), path
+        assert 'REMOTE_FOLLOWER' not in text, path

@@ -83,6 +83,9 @@ class LaunchLock:
                 raise_for_container = getattr(self.job.transport, "raise_for_container", None)
                 if raise_for_container:
                     raise_for_container(text)
+                if code == 70:  # lock.sh could not make ~/.gpuops: no run could be recorded there
+                    raise TargetNotReady(f"{self.job.target.name}: cannot create gpuops' folders under ~/.gpuops on the "
+                                         f"target: {text.strip()[-300:]}", hint="the target user's home must be writable")
                 raise RemoteError(
                     f"{self.job.target.name}: could not take the launch lock (exit {code}): {text.strip()[-400:] or 'no output'}",
                     hint="the target needs bash, flock (util-linux) and a writable home directory",

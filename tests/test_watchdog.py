@@ -1,0 +1,227 @@
+"""The watchdog on the target guards a run with nobody attached: over real sshd + pct into CT 200, real tmux.
+
+What a user notices is asserted: the run is stopped (session gone, processes gone, GPU memory back to
+0) within seconds of the failure with no client connected; `logs -f` afterwards exits with the run's
+real code naming the rule; abort.json says who stopped it; the watchdog killed mid-run is back and
+still catches the failure, reporting each match once; a run is signalled once whoever races to stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import FakeProxmox, SshServer, procs, wait_until
+from bench.watchdog import events, heartbeat, kill_watchdog, pids, wait_watching
+from test_watch import FX_LINE, GPUS, SESSION, Ct, make_ct, trainer
+
+
+@pytest.fixture
+def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
+    return make_ct(sshd, fake_proxmox, tmp_path)
+
+
+def detached(ct: Ct, command: str, **options: object) -> str:
+    ct.playbook(command, **options)
+    result = ct.gpuops("launch", "--detach")
+    assert result.code == 0, result
+    assert "its watchdog stops it" in result.err, result
+    return ct.run_id()
+
+
+def run_stopped(ct: Ct) -> bool:
+    return not ct.session_alive() and not ct.run_processes() and not any(ct.gpu_memory().values())
+
+
+def go_file(ct: Ct) -> tuple[Path, str]:
+    """A file whose creation makes fake-train fail (--go), and the option that says so."""
+    path = ct.tmp / "go"
+    return path, f"--go {shlex.quote(str(path))}"
+
+
+def test_a_detached_run_that_hits_the_fx_race_is_stopped_with_nobody_attached(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    run_id = detached(ct, trainer("fx-thread", opt))
+    wait_watching(ct.run_dir())
+    ct.wait_training()
+    go.touch()  # the race happens now; no gpuops client is connected
+    started = time.monotonic()
+    wait_until(lambda: run_stopped(ct), timeout=30, message="the watchdog to stop the run")
+    took = time.monotonic() - started
+    record = ct.abort_record()
+    assert (record["reason"], record["rule"], record["by"]) == ("match", "fx-tracing-race", "watchdog")
+    assert FX_LINE in record["excerpt"]
+    done = json.loads((ct.run_dir() / "abort-done.json").read_text())
+    assert done["survivors"] == [] and [g["memory_used_mib"] for g in done["gpus"]] == [0, 0]
+    # Afterwards, from any machine: the log to its end and the run's real outcome.
+    after = ct.gpuops("logs", "-f")
+    assert after.code == 7, after
+    assert "rule 'fx-tracing-race' matched (stopped by the watchdog)" in after.err, after
+    assert FX_LINE.encode() in after.out
+    status = ct.gpuops("status", "--json")
+    (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
+    assert (session["run"]["state"], session["run"]["stopped_by"]) == ("aborted", "watchdog")
+    assert session["run"]["id"] == run_id
+    assert took < 30  # the latency figures are in BENCHMARKS.md (benchmarks/run.py)
+
+
+def test_the_launcher_killed_mid_run_leaves_the_run_protected(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    ct.playbook(trainer("fx-caught", opt))
+    launcher = ct.start("launch")
+    launcher.wait_for(lambda: "step 3/" in launcher.out, "training to stream")
+    launcher.signal(signal.SIGKILL)  # the laptop's lid closes: no Ctrl-C, no goodbye
+    launcher.finish()
+    go.touch()
+    wait_until(lambda: run_stopped(ct), timeout=30, message="the watchdog to stop the run")
+    assert ct.abort_record()["by"] == "watchdog"
+    assert ct.gpuops("logs", "-f").code == 7
+
+
+def test_a_killed_watchdog_comes_back_resumes_and_reports_each_match_once(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    # A warn rule that matches every step line: resumed from its checkpoint, the watchdog re-reads
+    # some lines, and must not report them twice.
+    rules = [{"name": "every-step", "pattern": r"^step \d+/", "action": "warn"}]
+    detached(ct, trainer("fx-thread", opt, "--interval", "0.02"), rules=rules)
+    first = wait_watching(ct.run_dir())
+    killed = kill_watchdog(ct.run_dir())
+    assert killed == first
+    started = time.monotonic()
+    second = wait_watching(ct.run_dir(), timeout=30)
+    assert second != first
+    assert time.monotonic() - started < 5  # back within 5 s (the supervisor, not a client)
+    kill_watchdog(ct.run_dir())
+    wait_watching(ct.run_dir(), timeout=30)
+    go.touch()
+    wait_until(lambda: run_stopped(ct), timeout=30, message="the restarted watchdog to stop the run")
+    evs = events(ct.run_dir())
+    matches = [(e["rule"], e["offset"]) for e in evs if e["event"] == "match"]
+    assert len(matches) == len(set(matches)), "a match was reported twice"
+    assert [r for r, _ in matches].count("fx-tracing-race") == 1
+    assert [e["event"] for e in evs].count("watchdog_restarted") == 2
+    assert ct.abort_record()["by"] == "watchdog"
+    assert heartbeat(ct.run_dir())["restarts"] == 2
+
+
+def test_torch_2_11_eager_fallback_thread_race_aborts_and_the_unfused_warning_is_reported(ct: Ct) -> None:
+    detached(ct, trainer("sample", "--sample", "fx_patcher_race", "--then", "run", "--slow-interval", "0.2"))
+    wait_until(lambda: run_stopped(ct), timeout=30, message="the watchdog to stop the run")
+    evs = events(ct.run_dir())
+    assert [(e["rule"], e["action"]) for e in evs if e["event"] == "match"] == [
+        ("flex-attention-unfused", "warn"), ("fx-patcher-race", "abort")]
+    assert ct.abort_record()["rule"] == "fx-patcher-race"
+    after = ct.gpuops("logs", "-f", "--json")
+    assert after.code == 7 and after.events()[-1]["rule"] == "fx-patcher-race"
+
+
+def _container_path(ct: Ct, bindir: Path) -> None:
+    """The container's PATH: `bindir` first, then the bench's."""
+    from bench import BENCH_PATH
+
+    ct.fake.set_env(200, PATH=f"{bindir}:{BENCH_PATH}")
+
+
+def test_a_watchdog_that_cannot_start_fails_the_launch_before_training(ct: Ct) -> None:
+    # Fault injection: the container's python3 runs everything but the watchdog's supervisor.
+    import sys
+
+    bindir = ct.tmp / "broken-python"
+    bindir.mkdir()
+    shim = bindir / "python3"
+    shim.write_text("#!/bin/bash\n"
+                    'for a in "$@"; do [ "$a" = supervise ] && { echo "ImportError: injected fault" >&2; exit 1; }; done\n'
+                    f'exec -a "$0" {shlex.quote(sys.executable)} "$@"\n')  # sys.executable: this shim
+    shim.chmod(0o755)
+    _container_path(ct, bindir)
+    marker = ct.tmp / "trained"
+    ct.playbook(f"touch {shlex.quote(str(marker))}; {trainer('steps')}")
+    result = ct.gpuops("launch")
+    assert result.code == 4, result
+    assert "the watchdog could not start, so training was not started: ImportError: injected fault" in result.err, result
+    assert not marker.exists() and not ct.session_alive()
+    assert json.loads((ct.run_dir() / "meta.json").read_text())["phase"] == "start-failed"
+    status = ct.gpuops("status", "--json")
+    (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
+    assert session["run"]["state"] == "failed-before-start"  # not a lost run
+
+
+def test_a_target_without_python3_fails_preflight_with_exit_4(ct: Ct) -> None:
+    # Every tool of the container but python3 (no GPUs are checked: nvidia-smi's stand-in is Python).
+    bindir = ct.tmp / "no-python"
+    bindir.mkdir()
+    for folder in ("/usr/bin", "/bin"):
+        for name in os.listdir(folder):
+            if not name.startswith("python") and not (bindir / name).exists():
+                (bindir / name).symlink_to(os.path.join(folder, name))
+    ct.fake.set_env(200, PATH=str(bindir))
+    ct.playbook(trainer("steps"), gpus=())
+    result = ct.gpuops("launch")
+    assert result.code == 4, result
+    assert "python3 is not installed on the target" in result.err, result
+    assert not ct.session_alive() and not (ct.fake.home(200) / ".gpuops" / "runs").exists()
+
+
+def test_a_target_whose_python3_is_too_old_fails_preflight_with_exit_4(ct: Ct) -> None:
+    import glob
+
+    old = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.6.*/bin/python3.6")))
+    if not old:
+        pytest.skip("no Python 3.6 here to stand for a target's old python3")
+    bindir = ct.tmp / "old-python"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(old[0])
+    _container_path(ct, bindir)
+    ct.playbook(trainer("steps"), gpus=())
+    result = ct.gpuops("launch")
+    assert result.code == 4, result
+    assert "the target's python3 is 3.6" in result.err and "3.8 or newer" in result.err, result
+
+
+def test_a_run_folder_that_cannot_be_made_fails_the_launch_with_exit_4(ct: Ct) -> None:
+    # ~/.gpuops/runs is a file (as root, permissions would not stop gpuops; a read-only home acts the same).
+    runs = ct.fake.home(200) / ".gpuops" / "runs"
+    runs.parent.mkdir(parents=True)
+    runs.write_text("not a folder\n")
+    ct.playbook(trainer("steps"))
+    result = ct.gpuops("launch")
+    assert result.code == 4, result
+    assert "cannot create gpuops' folders under ~/.gpuops on the target: mkdir: cannot create directory" in result.err, result
+    assert not ct.session_alive()
+
+
+def test_stop_and_the_watchdog_racing_signal_the_run_once(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    detached(ct, trainer("ignore-int", opt), grace=3)  # SIGINT ignored: only the kill after the grace ends it
+    wait_watching(ct.run_dir())
+    ct.wait_training()
+    stopper = ct.start("stop")
+    stopper.wait_for(lambda: (ct.run_dir() / "abort.json").exists(), "stop to claim the abort")
+    go.touch()
+    result = stopper.finish()
+    assert result.code == 0, result
+    record = ct.abort_record()
+    assert record["by"] == "stop"
+    evs = events(ct.run_dir())
+    assert not any(e["event"] == "abort_start" for e in evs)  # the watchdog saw the claim and did not signal
+    assert any(e["event"] == "stopped_elsewhere" and e["stopped_by"] == "stop" for e in evs)
+    ct.assert_run_gone()
+    assert ct.gpuops("logs", "-f").code == 6  # stopped by `gpuops stop`: training did not succeed
+
+
+def test_the_watchdog_carries_no_run_marker_and_ends_with_the_run(ct: Ct) -> None:
+    run_id = detached(ct, trainer("steps", "--steps", "30"))
+    pid = wait_watching(ct.run_dir())
+    assert b"GPUOPS_RUN_ID" not in Path(f"/proc/{pid}/environ").read_bytes()
+    assert pid not in ct.run_processes()
+    wait_until(lambda: not pids(run_id) and not pids(run_id, "supervise"), timeout=60,
+               message="the watchdog and its supervisor to end with the run")
+    assert heartbeat(ct.run_dir())["state"] == "done"
+    assert events(ct.run_dir())[-1]["event"] == "done"
+    assert ct.gpuops("logs", "-f").code == 0
