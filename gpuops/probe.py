@@ -106,6 +106,8 @@ def _session_field(state: SessionState, key: str, value: str, now: float | None)
         state.run.abort_done = _json(value)
     elif key == "watchdog":
         state.run.watchdog = _json(value)
+    elif key == "watchdog_pid":
+        state.run.watchdog_running = value.strip() == "alive"
     elif key == "log":
         size, _, mtime = value.partition(" ")
         state.run.log_size, state.run.log_mtime = int(size), float(mtime)

@@ -30,6 +30,7 @@ class RunInfo:
     remote_now: float | None = None
     abort_done: dict[str, Any] | None = None
     watchdog: dict[str, Any] | None = None  # its heartbeat record (watchdog.json)
+    watchdog_running: bool = True  # False: neither the watchdog nor its supervisor has a live process
     samples_text: str = ""  # the tail of samples.jsonl, when asked for
 
     @property
@@ -62,7 +63,8 @@ class RunInfo:
         from gpuops.target.protocol import HEARTBEAT_STALE
 
         age = self.watchdog_age
-        return age is not None and age < HEARTBEAT_STALE and (self.watchdog or {}).get("state") != "done"
+        fresh = age is not None and age < HEARTBEAT_STALE
+        return fresh and self.watchdog_running and (self.watchdog or {}).get("state") != "done"
 
     @property
     def alive(self) -> bool:

@@ -9,6 +9,7 @@ still catches the failure, reporting each match once; a run is signalled once wh
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import signal
@@ -225,3 +226,25 @@ def test_the_watchdog_carries_no_run_marker_and_ends_with_the_run(ct: Ct) -> Non
     assert heartbeat(ct.run_dir())["state"] == "done"
     assert events(ct.run_dir())[-1]["event"] == "done"
     assert ct.gpuops("logs", "-f").code == 0
+
+
+def test_status_says_whether_the_watchdog_is_alive_and_who_stopped_the_run(ct: Ct) -> None:
+    from bench.watchdog import remove_watchdog
+
+    go, opt = go_file(ct)
+    detached(ct, trainer("fx-thread", opt))
+    wait_watching(ct.run_dir())
+    text = ct.gpuops("status").text
+    assert re.search(r"run \S+ running; log grew \d+s ago; watchdog alive \(heartbeat \d+\.\d+s ago\)", text), text
+    remove_watchdog(ct.run_dir())
+    text = ct.gpuops("status").text
+    assert "WATCHDOG GONE" in text and "nothing guards the run" in text, text
+    (session,) = [s for s in ct.gpuops("status", "--json").events()[0]["sessions"] if s["session"] == SESSION]
+    assert session["run"]["watchdog"]["alive"] is False
+    follow = ct.start("logs", "-f", "--json")  # a following client takes over
+    follow.wait_for(lambda: '"event": "watchdog_stale"' in follow.out, "the client to take over")
+    go.touch()
+    result = follow.finish()
+    assert result.code == 7, result
+    assert ct.abort_record()["by"] == "client"
+    assert "stopped by client" in ct.gpuops("status").text

@@ -69,6 +69,28 @@ class JsonRenderer:
         self.emit(obj)
 
 
+def _who(by: Any) -> str:
+    return {"watchdog": "the watchdog", "client": "gpuops", "stop": "gpuops stop", "timeout": "--timeout"}.get(str(by), str(by))
+
+
+_WATCHDOG_WORDS = {
+    "watchdog_stale": lambda ev: (
+        "the run's watchdog is not answering" + (f" (last heartbeat {ev.get('age')}s ago)" if ev.get("age") is not None else "")
+        + "; gpuops watches the run from here until it is back"),
+    "watchdog_back": lambda ev: "the run's watchdog answers again; it watches the run",
+    "watchdog_restarted": lambda ev: (
+        f"the watchdog died ({'signal ' + str(ev.get('signal')) if ev.get('signal') else 'exit ' + str(ev.get('exit'))}); "
+        f"its supervisor started it again (restart {ev.get('restarts')})"),
+    "watchdog_gave_up": lambda ev: f"the watchdog gave up: {ev.get('message')}",
+    "abort_completed": lambda ev: f"the watchdog finished an abort its claimer did not ({ev.get('stopped_by')})",
+    "session_gone": lambda ev: str(ev.get("message")),
+    "stopped_elsewhere": lambda ev: f"the run is being stopped by {_who(ev.get('stopped_by'))} ({ev.get('reason')})",
+    "rule_disabled": lambda ev: (
+        f"rule '{ev.get('rule')}' took {ev.get('seconds')}s on one line (its pattern backtracks catastrophically): "
+        "it is no longer applied; the other rules, the stall clock and --timeout go on"),
+}
+
+
 class TextRenderer:
     """Human output: log bytes as they are on stdout, gpuops' own words on stderr."""
 
@@ -80,7 +102,7 @@ class TextRenderer:
 
     def say(self, text: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(text, markup=False, highlight=False)
+            self._progress.console.print(text, markup=False, highlight=False, emoji=False)
             return
         self.err.write(text + "\n")
         self.err.flush()
@@ -104,15 +126,24 @@ class TextRenderer:
             self._stop_progress()
             self.say(f"{tag} started run {ev.run} in tmux session '{ev.get('session')}' (log {ev.get('log')})")
         elif k == "match":
-            self.say(f"{tag} {ev.get('action').upper()}: rule '{ev.get('rule')}' matched at log line {ev.get('line_number')}: {ev.get('line')}")
-            if ev.get("action") == "abort":
+            where = f"at log line {ev.get('line_number')}" if ev.get("line_number") else "(from outside the log)"
+            self.say(f"{tag} {str(ev.get('action')).upper()}: rule '{ev.get('rule')}' matched {where}: "
+                     f"{ev.get('line') or ev.get('message')}")
+            if ev.get("advice"):
+                self.say(f"    {ev.get('advice')}")
+            if ev.get("action") == "abort" and ev.get("excerpt"):
                 self.say("\n".join("    | " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
+        elif k in _WATCHDOG_WORDS:
+            self.say(f"{tag} " + _WATCHDOG_WORDS[k](ev))
+        elif k == "watchdog" and ev.get("what") in _WATCHDOG_WORDS:
+            self.say(f"{tag} " + _WATCHDOG_WORDS[ev.get("what")](ev))
         elif k == "log_missing":
             self.say(f"{tag} the run's log {ev.get('log')} is missing (deleted?): no output can be seen")
         elif k == "stall":
             self.say(f"{tag} STALL: no log output for {ev.get('seconds')}s (stall_timeout {ev.get('stall_timeout')}s)")
         elif k == "abort_start":
-            self.say(f"{tag} aborting run {ev.run} ({ev.get('reason')}): signal, grace, kill session, reap processes")
+            by = f"; by {_who(ev.get('by'))}" if ev.get("by") else ""
+            self.say(f"{tag} aborting run {ev.run} ({ev.get('reason')}{by}): signal, grace, kill session, reap processes")
         elif k == "aborted":
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB" for g in ev.get("gpus", []))
             self.say(f"{tag} run {ev.run} stopped in {ev.get('seconds')}s; session gone" + (f"; GPUs {gpus}" if gpus else "")

@@ -89,6 +89,24 @@ def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float)
             live.update(_rich(results))
 
 
+def watchdog_words(run: Any) -> str:
+    """The run's watchdog in a few words: alive and how fresh, done, or gone while the run goes on."""
+    live = run.state in ("running", "aborting")
+    age = run.watchdog_age
+    if run.watchdog is None:
+        return "; no watchdog (only a following client guards it)" if live else ""
+    if run.watchdog.get("state") == "done":
+        return "; watchdog done"
+    restarts = run.watchdog.get("restarts") or 0
+    again = f", restarted {restarts}x" if restarts else ""
+    if run.watchdog_alive:
+        return f"; watchdog alive (heartbeat {age:.1f}s ago{again})"
+    if live:
+        return (f"; WATCHDOG GONE (last heartbeat {age:.0f}s ago): nothing guards the run; "
+                "`gpuops logs -f` watches it" if age is not None else "; WATCHDOG GONE")
+    return ""
+
+
 def plain_lines(r: Any) -> list[str]:
     """Every line prefixed by its target, so output from many targets stays greppable."""
     p = f"{r.target}:"
@@ -122,6 +140,10 @@ def plain_lines(r: Any) -> list[str]:
             rule = (s.run.abort or {}).get("rule")
             if rule:
                 text += f"; matched {rule}"
+            by = (s.run.abort or {}).get("by")
+            if by:
+                text += f"; stopped by {by}"
+            text += watchdog_words(s.run)
         lines.append(text)
     if not probe.sessions:
         lines.append(f"{p} no gpuops runs")

@@ -15,6 +15,7 @@ import time
 from typing import BinaryIO, Optional
 
 from . import protocol as p
+from .procs import running
 
 POLL = 0.02
 #: Once the run ended, wait at most this long for a live watchdog to write its last records.
@@ -150,16 +151,7 @@ class Follower:
         text = _read(os.path.join(self.d, p.SUPERVISOR_PID), 32)
         if text and text.strip().isdigit():
             pids.append(int(text.strip()))
-        for pid in pids:
-            if isinstance(pid, int) and pid > 0:
-                try:
-                    os.kill(pid, 0)
-                    return True
-                except PermissionError:
-                    return True
-                except OSError:
-                    pass
-        return False
+        return any(isinstance(pid, int) and pid > 0 and running(pid) for pid in pids)
 
     def ended(self, now: float) -> Optional[bytes]:
         """How the run ended, once it did: abort (the abort sequence finished), exit, or gone."""

@@ -23,6 +23,7 @@ from . import protocol as p
 from . import tmux
 from .abort import claim, reap, stop_run
 from .masking import Masker
+from .procs import running
 from .records import read_json
 from .runfiles import append_event
 from .stall import StallClock
@@ -209,7 +210,7 @@ class Watchdog:
         if done or self.aborter is not None or record.get("by") == "watchdog" and record.get("pid") == os.getpid():
             return
         pid = record.get("pid")
-        if isinstance(pid, int) and pid > 0 and not _alive(pid):
+        if isinstance(pid, int) and pid > 0 and not running(pid):
             self.events.write("abort_completed", stopped_by=record.get("by"),
                               message="the process that claimed the abort is gone; the watchdog finishes it")
             self.aborter = threading.Thread(target=lambda: stop_run(self.d, self.cfg), daemon=True)
@@ -309,16 +310,6 @@ class Watchdog:
                 return 0
             if not got:
                 time.sleep(POLL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main(argv: list) -> int:

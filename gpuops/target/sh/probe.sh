@@ -32,6 +32,14 @@ else
   echo "@@gpuops nopython"
 fi
 
+# running PID: the process exists and is no zombie (a killed process its parent never reaped).
+running() {
+  local st
+  [ -n "$1" ] && st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [ "${st%% *}" != Z ]
+}
+
 list_sessions() {
   if [ $# -gt 0 ]; then
     printf '%s\n' "$@"
@@ -56,7 +64,17 @@ list_sessions "$@" | while IFS= read -r S; do
   [ -f "$D/exit_code" ] && echo "@@gpuops exit $(head -c 16 "$D/exit_code" | tr -d '\n')"
   [ -f "$D/abort.json" ] && echo "@@gpuops abort $(head -c 65536 "$D/abort.json" | tr -d '\n')"
   [ -f "$D/abort-done.json" ] && echo "@@gpuops abort_done $(head -c 16384 "$D/abort-done.json" | tr -d '\n')"
-  [ -f "$D/watchdog.json" ] && echo "@@gpuops watchdog $(head -c 16384 "$D/watchdog.json" | tr -d '\n')"
+  if [ -f "$D/watchdog.json" ]; then
+    echo "@@gpuops watchdog $(head -c 16384 "$D/watchdog.json" | tr -d '\n')"
+    # Its processes: the watchdog, and the supervisor that would start it again.
+    wpid=$(grep -o '"pid":[0-9]*' "$D/watchdog.json" | head -n 1 | tr -dc '0-9')
+    spid=$(head -c 16 "$D/supervisor.pid" 2>/dev/null | tr -dc '0-9')
+    if running "$wpid" || running "$spid"; then
+      echo "@@gpuops watchdog_pid alive"
+    else
+      echo "@@gpuops watchdog_pid dead"
+    fi
+  fi
   [ -f "$D/log" ] && echo "@@gpuops log $(stat -c '%s %Y' "$D/log")"
   if [ -n "$samples" ] && [ -f "$D/samples.jsonl" ]; then
     echo "@@gpuops samples"
