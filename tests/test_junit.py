@@ -238,7 +238,9 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_anything_runs(ct
     assert sshd.connection_count() == 0 and ct.run_dirs() == []
     dry = ct.gpuops("launch", "--dry-run", "--junit", str(tmp_path / "r.xml"))
     assert dry.code == 2 and "--junit does not apply to --dry-run" in dry.err, dry
-    assert "Traceback" not in result.err + dry.err
+    logs = ct.gpuops("logs", "--junit", str(tmp_path / "r.xml"))
+    assert logs.code == 2 and "--junit needs --follow" in logs.err, logs
+    assert "Traceback" not in result.err + dry.err + logs.err
 
 
 # -- runs that end later: stall, --timeout, Ctrl-C, --detach then logs -f --------------------------
@@ -287,7 +289,7 @@ def test_ctrl_c_during_warmup_errors_that_gpu_and_skips_the_rest(ct: CtCli, tmp_
     assert got["warmup GPU 6"][0] == got["training"][0] == "skipped"
 
 
-def test_detach_skips_training(ct: CtCli, tmp_path: Path) -> None:
+def test_detach_skips_training_and_logs_follow_reports_the_run(ct: CtCli, tmp_path: Path) -> None:
     playbook(ct, train("fx-thread", "--interval", "0.3"))
     started = tmp_path / "started.xml"
     result = ct.gpuops("launch", "--detach", "--junit", str(started))
@@ -296,4 +298,13 @@ def test_detach_skips_training(ct: CtCli, tmp_path: Path) -> None:
     assert [v for v, _ in got.values()] == ["passed", "passed", "passed", "skipped"]
     skipped = verdict(got["training"], "skipped").get("message") or ""
     assert skipped.startswith("detached: run ") and "gpuops logs -f --junit" in skipped
-    assert ct.gpuops("stop").code == 0
+    followed = tmp_path / "followed.xml"
+    attached = ct.gpuops("logs", "-f", "--json", "--junit", str(followed))
+    assert attached.code == 7, attached
+    got = cases(report(followed))
+    assert [v for v, _ in got.values()] == ["passed", "passed", "passed", "failure"]
+    assert got["warmup GPU 6"][1].findtext("system-out", "").startswith("done by the launcher of run ")
+    failure = verdict(got["training"], "failure")
+    said = summary(attached)
+    assert (failure.get("type"), failure.get("message")) == (said["outcome"], said["message"])
+    assert "rule: fx-tracing-race" in (failure.text or "") and FX_LINE in (failure.text or "")

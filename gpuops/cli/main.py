@@ -73,15 +73,20 @@ def status(inventory, playbook, targets, watch_every, as_json, verbose) -> int:
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
 @click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
 @click.option("--timeout", type=Seconds(), help="With --follow: stop the run after SECONDS, exit 124.")
+@junit_option
 @json_option
 @verbose_option
 @boundary
-def logs(inventory, playbook, target, follow, tail, no_abort, timeout, as_json, verbose) -> int:
+def logs(inventory, playbook, target, follow, tail, no_abort, timeout, junit, as_json, verbose) -> int:
     """Print the current run's log as it is; --follow streams it and watches it."""
+    from gpuops.cli.junit import Report
     from gpuops.cli.logs_cmd import run_logs
 
-    return run_logs(inventory, playbook, target, follow=follow, tail=tail, no_abort=no_abort, timeout=timeout,
-                    as_json=as_json, verbose=verbose)
+    if junit and not follow:
+        raise click.UsageError("--junit needs --follow (the report is of a run being watched)")
+    with Report(junit, "logs", target) as report:
+        return run_logs(inventory, playbook, target, follow=follow, tail=tail, no_abort=no_abort, timeout=timeout,
+                        as_json=as_json, verbose=verbose, report=report)
 
 
 @main.command()
