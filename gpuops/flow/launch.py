@@ -8,7 +8,7 @@ import time
 from typing import Any, Iterator
 
 from gpuops.command import Cmd
-from gpuops.errors import ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped, TargetNotReady
+from gpuops.errors import ConnectError, ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped, TargetNotReady
 from gpuops.flow import tools
 from gpuops.flow.abort import abort_run, reap
 from gpuops.flow.events import Event, Outcome
@@ -62,7 +62,8 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
     except GpuopsError as exc:
         if run_id is not None and not started and not isinstance(exc, WarmupError):
             # Leave no half-made run: the record says it never started, and why.
-            _record(job, run_id, "start-failed", error=job.mask(str(exc)), quiet=True)
+            phase = "connection-lost" if isinstance(exc, ConnectError) else "start-failed"
+            _record(job, run_id, phase, error=job.mask(str(exc)), quiet=True)
         raise
     finally:
         lock.release()

@@ -39,6 +39,7 @@ class LaunchLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stale_holder: str | None = None
+        self.holder: str | None = None
 
     def acquire(self) -> Probe:
         """Take the locks (the session's and its GPUs') and return the probe taken under them;
@@ -104,14 +105,26 @@ class LaunchLock:
     def release(self) -> None:
         self._stop.set()
         if self._stream is not None:
+            lost = False
             try:
                 self._stream.write(b"release\n")  # else the target takes us for a launcher that died
                 self._stream.close_stdin()
                 self._stream.wait(5.0)
-            except Exception:  # releasing over a dead connection: the target frees it by itself
-                pass
+                lost = self._stream.connection_lost()
+            except Exception:  # releasing over a dead connection: the target frees the lock by itself
+                lost = True
             self._stream.close()
             self._stream = None
+            if lost and self.holder:
+                self._forget()
+
+    def _forget(self) -> None:
+        """The lock holder there ended with our connection: take our name off its files, so the next
+        launch does not report a launcher that died (best effort, through a new connection)."""
+        try:
+            self.job.run(tools.forget_lock(self.job.session, self.holder, self.job.run_gpus))
+        except Exception:  # the host is gone too: the next launch says it recovered the lock
+            pass
 
 
 def evaluate(job: Job, probe: Probe) -> Iterator[Event]:

@@ -28,13 +28,23 @@ def meta(job: Job, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
         "ctid": job.target.ctid,
         "command": job.mask(pb.launch.command),
         "workdir": pb.workdir,
-        "env": {v.name: ("***" if v.secret else v.value) for v in pb.env},
+        "env": {v.name: "***" if v.secret else _shown_value(v.value) for v in pb.env},
         "gpus": list(job.run_gpus),
         "phase": phase,
         "launched_by": holder_id(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **extra,
     }
+
+
+#: Longer env values are shown shortened in meta.json (the run gets them whole, through env.sh).
+SHOWN_VALUE = 1024
+
+
+def _shown_value(value: str) -> str:
+    if len(value) <= SHOWN_VALUE:
+        return value
+    return value[: SHOWN_VALUE - 64] + f"... ({len(value)} characters; the run gets them all)"
 
 
 def env_script(job: Job) -> Script:

@@ -17,6 +17,11 @@ def lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
     return shell_tool("lock", session, holder, *map(str, gpus))
 
 
+def forget_lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
+    """Take a launcher's name off its lock files (its connection, and so its lock holder, is gone)."""
+    return shell_tool("lock", "--forget", session, holder, *map(str, gpus))
+
+
 def reap(run_id: str) -> Cmd:
     """Kill every process of the run that is left."""
     return shell_tool("kill_marked", run_id)

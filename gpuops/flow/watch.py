@@ -75,7 +75,8 @@ class Viewer:
         if self.once:
             return  # plain `gpuops logs` prints the log; only --follow watches it
         for name, seconds in self.matcher.guard.take_disabled():
-            yield self.event("rule_disabled", rule=name, seconds=round(seconds, 3), by="client")
+            if self.watching:  # else the watchdog, running the same rules, reports it
+                yield self.event("rule_disabled", rule=name, seconds=round(seconds, 3), by="client")
         for hit in self.matcher.feed(ev.data):
             if self.watching and hit.offset >= self.wd_offset:
                 yield from self.own_hit(hit)

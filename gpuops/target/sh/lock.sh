@@ -4,11 +4,22 @@
 # Usage: lock.sh SESSION HOLDER [GPU...]
 # A GPU belongs to at most one launch or run on this target, whatever the playbook: a GPU whose
 # lock another launch holds, or that a live run of another session uses, is refused (gpu-held).
+#        lock.sh --forget SESSION HOLDER [GPU...]
+# --forget: a launcher whose connection dropped (its lock holder here ended with it) takes its name
+# off the holder files, so the next launch does not report a launcher that died.
 set -u
+G="$HOME/.gpuops"
+if [ "${1:-}" = --forget ]; then
+  S=$2 HOLDER=$3
+  shift 3
+  forget() { if [ "$(head -n 1 "$1" 2>/dev/null)" = "$2" ]; then rm -f "$1"; fi; }
+  forget "$G/locks/$S.holder" "$HOLDER"
+  for N in "$@"; do forget "$G/locks/gpu-$N.holder" "session $S: $HOLDER"; done
+  exit 0
+fi
 S=$1 HOLDER=$2
 shift 2
 HERE=$(dirname "${BASH_SOURCE[0]}")
-G="$HOME/.gpuops"
 mkdir -p "$G/locks" "$G/runs" "$G/sessions" || exit 70
 L="$G/locks/$S"
 exec 9>>"$L.lock" || exit 70
