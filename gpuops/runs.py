@@ -105,6 +105,7 @@ class RunInfo:
                 "restarts": self.watchdog.get("restarts"),
                 "disabled_rules": self.watchdog.get("disabled_rules") or [],
             },
+            "telemetry": (self.watchdog or {}).get("telemetry"),
         }
 
 

@@ -57,6 +57,10 @@ def bundle() -> Bundle:
     return Bundle(files)
 
 
+class ToolCmd(Cmd):
+    """A command that runs a shipped tool (it finds gpuops' files on the target, or says they are missing)."""
+
+
 def _boot(b: Bundle) -> list[str]:
     return [f"L={b.lib}", f'[ -d "$L" ] || {{ echo "{p.mark("need-lib")}"; exit {p.NEED_LIB_EXIT}; }}']
 
@@ -64,13 +68,13 @@ def _boot(b: Bundle) -> list[str]:
 def python_tool(tool: str, *args: Word) -> Cmd:
     """`python3 -m gpuops_target TOOL ARGS` from the shipped copy (-E -s: no PYTHON* variables, no user site)."""
     script = Script(*_boot(bundle()), f'cd "$L" && exec python3 -E -s -m {p.PACKAGE} "$@"')
-    return Cmd("bash", "-c", script, "gpuops", tool, *args)
+    return ToolCmd("bash", "-c", script, "gpuops", tool, *args)
 
 
 def shell_tool(name: str, *args: Word) -> Cmd:
     """`bash sh/NAME.sh ARGS` from the shipped copy."""
     script = Script(*_boot(bundle()), f'exec bash "$L/{p.PACKAGE}/sh/{name}.sh" "$@"')
-    return Cmd("bash", "-c", script, "gpuops", *args)
+    return ToolCmd("bash", "-c", script, "gpuops", *args)
 
 
 def install_command() -> Cmd:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuops.command import Cmd, Raw, Script, bash
 from gpuops.flow import tools
-from gpuops.ship import install
+from gpuops.remote import run_tool
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
 from gpuops.probe import MARK, Probe, parse_probe
@@ -48,7 +48,7 @@ class TargetStatus:
             "container": self.container,
             "nvidia_smi": probe.smi if probe else None,
             "nvidia_smi_error": probe.smi_error if probe else None,
-            "gpus": [g.as_json() for g in probe.gpus] if probe else [],
+            "gpus": _gpus_json(probe) if probe else [],
             "sessions": [
                 {
                     "session": s.session,
@@ -59,6 +59,44 @@ class TargetStatus:
                 for s in (probe.sessions.values() if probe else [])
             ],
         }
+
+
+#: The memory history `status` shows: the last minutes of the live runs' samples.
+HISTORY_SECONDS = 300.0
+
+
+def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
+    """Per GPU: its memory over the last minutes from the samples of the live run using it, and the
+    swing that run's watchdog counts as volatile."""
+    from gpuops.target.telemetry import parse_lines
+
+    out: dict[int, tuple[list[int | None], float]] = {}
+    for s in probe.sessions.values():
+        run = s.run
+        if run is None or not run.samples_text or not s.alive:
+            continue
+        samples = parse_lines(run.samples_text)
+        if samples:
+            recent = [x for x in samples if x.t >= samples[-1].t - HISTORY_SECONDS]
+            swing = float(((run.watchdog or {}).get("telemetry") or {}).get("max_swing_mib") or 2048)
+            for gpu in sorted({g for x in recent for g in x.gpus}):
+                out[gpu] = ([x.memory(gpu) for x in recent], swing)
+    return out
+
+
+def _gpus_json(probe: Probe) -> list[dict[str, Any]]:
+    """Each GPU, with its memory over the last minutes where a live run samples it."""
+    history = memory_history(probe)
+    out = []
+    for g in probe.gpus:
+        row = g.as_json()
+        if g.index in history:
+            series, swing = history[g.index]
+            known = [v for v in series if v is not None]
+            row.update(memory_history_mib=series,
+                       memory_shape="volatile" if known and max(known) - min(known) > swing else "flat")
+        out.append(row)
+    return out
 
 
 def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tuple[str, ...] | None) -> TargetStatus:
@@ -77,13 +115,13 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
                 "rc=$?",
                 f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
             )
-            result = _run_probe(transport, transport.inner, bash(host_script), timeout, target.name)
+            result = run_tool(transport, bash(host_script), timeout=timeout, label=target.name, via=transport.inner)
             status.reachable = True
             status.container = _container_state(result.out)
             if status.container == "running":
                 status.probe = parse_probe(result.out)
         else:
-            result = _run_probe(transport, transport, probe_cmd, timeout, target.name)
+            result = run_tool(transport, probe_cmd, timeout=timeout, label=target.name)
             status.reachable = True
             status.probe = parse_probe(result.out)
     except GpuopsError as exc:
@@ -92,15 +130,6 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
         status.hint = exc.hint
     status.seconds = time.monotonic() - started
     return status
-
-
-def _run_probe(target_transport: Any, via: Any, cmd: Cmd, timeout: float, name: str) -> Result:
-    """The probe; a target without gpuops' tools gets them first (once), then is probed again."""
-    result = via.run(cmd, timeout=timeout)
-    if MARK + "need-lib" in result.out:
-        install(target_transport, timeout=max(timeout, 60.0), label=name)
-        result = via.run(cmd, timeout=timeout)
-    return result
 
 
 def _container_state(out: str) -> str:

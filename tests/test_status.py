@@ -32,7 +32,7 @@ STATUS_KEYS = {"ts", "event", "target", "host", "ctid", "reachable", "error", "h
                "nvidia_smi", "nvidia_smi_error", "gpus", "sessions"}  # fmt: skip
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
 RUN_KEYS = {"id", "session", "state", "exit_code", "started_at", "playbook", "seconds_since_log", "log_bytes",
-            "abort", "last_match", "stopped_by", "watchdog"}  # fmt: skip
+            "abort", "last_match", "stopped_by", "watchdog", "telemetry"}  # fmt: skip
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
@@ -255,10 +255,12 @@ def test_a_running_run_shows_session_run_id_state_and_log_age(
         result = gpuops("status", "-i", str(inv), "-p", str(pb))
         assert result.returncode == 0
         got = lines_of(result.stdout, "ct200")
-        m = re.fullmatch(rf"session busy-train alive; run {run_id} running; log grew (\d+)s ago", got[-1])
+        m = re.fullmatch(rf"session busy-train alive; run {run_id} running; log grew (\d+)s ago; "
+                         r"watchdog alive \(heartbeat \d+\.\ds ago\)", got[-1])
         assert m, got
         assert int(m[1]) < 30
-        assert any(re.fullmatch(rf"gpu 1 \d+/{TOTAL} MiB util \d+% procs \d+:python3:\d+MiB", g) for g in got), got
+        assert any(re.fullmatch(rf"gpu 1 \d+/{TOTAL} MiB util \d+% procs \d+:python3:\d+MiB( memory [▁-█ ]+ flat)?", g)
+                   for g in got), got
         code, (obj,) = status_json("-i", str(inv), "-p", str(pb))
         assert set(obj) == STATUS_KEYS | {"run"}  # `run` where a run exists
         assert obj["run"] == run_id
@@ -273,7 +275,7 @@ def test_a_running_run_shows_session_run_id_state_and_log_age(
     finally:
         assert gpuops("stop", "-i", str(inv), "-p", str(pb)).returncode == 0
     after = lines_of(gpuops("status", "-i", str(inv), "-p", str(pb)).stdout, "ct200")
-    stopped = rf"session busy-train not running; run {run_id} aborted \(exit \d+\); log grew \d+s ago"
+    stopped = rf"session busy-train not running; run {run_id} aborted \(exit \d+\); log grew \d+s ago; stopped by gpuops stop; watchdog done"
     assert re.fullmatch(stopped, after[-1]), after
 
 
@@ -302,7 +304,7 @@ def test_a_run_aborted_by_a_rule_shows_the_matched_signature(
     assert launch.returncode == 7, launch.stderr
     got = lines_of(gpuops("status", "-i", str(inv), "-p", str(pb)).stdout, "ct200")
     assert re.fullmatch(r"session fx-train not running; run \S+ aborted \(exit \d+\); log grew \d+s ago; "
-                        r"matched fx-tracing-race", got[-1]), got  # fmt: skip
+                        r"matched fx-tracing-race; stopped by the watchdog; watchdog done", got[-1]), got  # fmt: skip
     _, (obj,) = status_json("-i", str(inv), "-p", str(pb))
     assert obj["sessions"][0]["run"]["last_match"] == "fx-tracing-race"
 

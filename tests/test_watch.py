@@ -75,11 +75,12 @@ class Ct:
         pb = playbook or self.tmp / "playbook.yaml"
         return [sys.executable, "-m", "gpuops", command, "-i", str(self.inventory), "-p", str(pb), "-t", "ct200", *args]
 
-    def gpuops(self, command: str, *args: str, playbook: Path | None = None, timeout: float = CLI_TIMEOUT) -> Cli:
+    def gpuops(self, command: str, *args: str, playbook: Path | None = None, timeout: float = CLI_TIMEOUT,
+               env: dict[str, str] | None = None) -> Cli:
         argv = self.argv(command, *args, playbook=playbook)
         if command == "launch":
             argv.append("--yes")
-        return gpuops(*argv[3:], timeout=timeout)
+        return gpuops(*argv[3:], timeout=timeout, env=env)
 
     def start(self, command: str, *args: str, playbook: Path | None = None) -> Running:
         argv = self.argv(command, *args, playbook=playbook)

@@ -247,4 +247,4 @@ def test_status_says_whether_the_watchdog_is_alive_and_who_stopped_the_run(ct: C
     result = follow.finish()
     assert result.code == 7, result
     assert ct.abort_record()["by"] == "client"
-    assert "stopped by client" in ct.gpuops("status").text
+    assert "stopped by a following client" in ct.gpuops("status").text

@@ -11,6 +11,7 @@ from gpuops.cli.common import (
 )
 from gpuops.cli.params import Seconds
 
+all_option = click.option("--all", "every", is_flag=True, help="Every target of the inventory.")
 junit_option = click.option("--junit", metavar="PATH", help="Also write a JUnit XML report to PATH for CI test pages "
                             "(testcases: preflight, each warmup GPU, training).")
 
@@ -53,16 +54,35 @@ def launch(inventory, playbook, target, detach, dry_run, yes, timeout, junit, as
 @inventory_option
 @playbook_option
 @target_option(multiple=True)
+@all_option
 @click.option("--watch", "watch_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
               help="Refresh in place every N seconds (default 2).")
 @json_option
 @verbose_option
 @boundary
-def status(inventory, playbook, targets, watch_every, as_json, verbose) -> int:
-    """Reachability, container state, GPUs, tmux session and current run of each target."""
+def status(inventory, playbook, targets, every, watch_every, as_json, verbose) -> int:
+    """Reachability, container state, GPUs (memory over the last minutes), tmux session, current run and its
+    watchdog of each target."""
     from gpuops.cli.status_cmd import run_status
 
-    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json, verbose=verbose)
+    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json, verbose=verbose,
+                      every=every)
+
+
+@main.command()
+@inventory_option
+@playbook_option
+@target_option(multiple=True)
+@all_option
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs per target.")
+@json_option
+@boundary
+def runs(inventory, playbook, targets, every, limit, as_json) -> int:
+    """The run history of each target, newest first: outcome, exit code, rule, warmup, steady throughput and GPU
+    memory (with -p: that playbook's runs only)."""
+    from gpuops.cli.runs_cmd import run_runs
+
+    return run_runs(inventory, playbook, targets, every=every, limit=limit, as_json=as_json)
 
 
 @main.command()

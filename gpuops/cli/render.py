@@ -85,6 +85,8 @@ _WATCHDOG_WORDS = {
     "abort_completed": lambda ev: f"the watchdog finished an abort its claimer did not ({ev.get('stopped_by')})",
     "session_gone": lambda ev: str(ev.get("message")),
     "stopped_elsewhere": lambda ev: f"the run is being stopped by {_who(ev.get('stopped_by'))} ({ev.get('reason')})",
+    "note": lambda ev: f"note: {ev.get('message')}",
+    "telemetry_problem": lambda ev: str(ev.get("message")),
     "rule_disabled": lambda ev: (
         f"rule '{ev.get('rule')}' took {ev.get('seconds')}s on one line (its pattern backtracks catastrophically): "
         "it is no longer applied; the other rules, the stall clock and --timeout go on"),

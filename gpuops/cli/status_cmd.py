@@ -10,14 +10,19 @@ from typing import Any
 from gpuops.errors import ExitCode, UsageError
 
 
-def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]) -> tuple[Any, Any, list[Any]]:
+def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False
+             ) -> tuple[Any, Any, list[Any]]:
+    """The inventory, the playbook (if given) and the targets asked for: -t names and groups, --all,
+    else the playbook's target, else every target."""
     from gpuops.cli.common import require
     from gpuops.config import load_inventory, load_playbook, resolve_target
     from gpuops.config.inventory import resolve_targets
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
     pb = load_playbook(playbook, need_env=False) if playbook else None
-    if names:
+    if every:
+        targets = list(inv.targets.values())
+    elif names:
         targets = resolve_targets(inv, names)  # a group name selects its targets
     elif pb is not None and pb.target:
         targets = [resolve_target(inv, pb, None)]
@@ -29,11 +34,11 @@ def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]
 
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
-               as_json: bool, verbose: bool = False) -> int:
+               as_json: bool, verbose: bool = False, every: bool = False) -> int:
     from gpuops.status import gather
     from gpuops.transport import Pool
 
-    inv, pb, targets = _targets(inventory, playbook, names)
+    inv, pb, targets = _targets(inventory, playbook, names, every)
     sessions = (pb.launch.session,) if pb else None
     pool = Pool(inv)
     try:
@@ -89,6 +94,21 @@ def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float)
             live.update(_rich(results))
 
 
+def throughput_words(run: Any) -> str:
+    """The run's latest throughput figure against its baseline (from the watchdog's heartbeat)."""
+    tele = (run.watchdog or {}).get("telemetry") or {}
+    figure, base = tele.get("throughput"), (tele.get("baseline") or {}).get("throughput")
+    if figure is None:
+        return ""
+    if not base:
+        return f"; throughput {figure:,.0f} (no baseline yet)"
+    where = f" of run {tele['baseline']['run']}" if (tele.get("baseline") or {}).get("run") else ""
+    return f"; throughput {figure:,.0f} = {figure / base:.2f}x the baseline {base:,.0f}{where}"
+
+
+_STOPPED_BY = {"watchdog": "the watchdog", "client": "a following client", "stop": "gpuops stop", "timeout": "--timeout"}
+
+
 def watchdog_words(run: Any) -> str:
     """The run's watchdog in a few words: alive and how fresh, done, or gone while the run goes on."""
     live = run.state in ("running", "aborting")
@@ -120,10 +140,19 @@ def plain_lines(r: Any) -> list[str]:
         lines.append(f"{p} no nvidia-smi on this target (no GPUs to show)")
     elif probe.smi == "error":
         lines.append(f"{p} nvidia-smi failed: {probe.smi_error}")
+    from gpuops.status import memory_history
+
+    history = memory_history(probe)
     for g in probe.gpus:
         procs = ", ".join(f"{x.pid}:{x.name}:{x.used_mib}MiB" for x in g.processes) or "-"
         util = "?" if g.utilization_pct is None else f"{g.utilization_pct}%"
-        lines.append(f"{p} gpu {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB util {util} procs {procs}")
+        line = f"{p} gpu {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB util {util} procs {procs}"
+        if g.index in history:
+            from gpuops.cli.spark import shape, sparkline
+
+            series, swing = history[g.index]
+            line += f" memory {sparkline(series, 30, min_span=256)} {shape(series, swing)}"
+        lines.append(line)
     if not probe.tmux:
         lines.append(f"{p} tmux is not installed")
     for s in probe.sessions.values():
@@ -142,7 +171,8 @@ def plain_lines(r: Any) -> list[str]:
                 text += f"; matched {rule}"
             by = (s.run.abort or {}).get("by")
             if by:
-                text += f"; stopped by {by}"
+                text += f"; stopped by {_STOPPED_BY.get(by, by)}"
+            text += throughput_words(s.run) if s.alive else ""
             text += watchdog_words(s.run)
         lines.append(text)
     if not probe.sessions:
@@ -165,13 +195,20 @@ def _rich(results: list[Any]) -> Any:
             parts.extend(Text("  " + line.split(":", 1)[1].strip()) for line in plain_lines(r)[1:])
             continue
         if r.probe.gpus:
+            from gpuops.cli.spark import shape, sparkline
+            from gpuops.status import memory_history
+
+            history = memory_history(r.probe)
             t = Table(show_edge=False, pad_edge=False)
-            for col in ("GPU", "memory used", "total", "util", "processes"):
+            for col in ("GPU", "memory used", "total", "util", "processes") + (("memory, last minutes",) if history else ()):
                 t.add_column(col)
             for g in r.probe.gpus:
-                cells = (str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
+                cells = [str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
                          "?" if g.utilization_pct is None else f"{g.utilization_pct}%",
-                         ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-")
+                         ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-"]
+                if history:
+                    series, swing = history.get(g.index, ([], 0.0))
+                    cells.append(f"{sparkline(series, 30, min_span=256)} {shape(series, swing)}" if series else "")
                 t.add_row(*(Text(c) for c in cells))
             parts.append(t)
         for line in plain_lines(r)[1:]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from gpuops.command import Cmd
 from gpuops.config.model import Inventory, Playbook, Target
 from gpuops.target.masking import Masker
-from gpuops.ship import needs_lib
 from gpuops.transport.base import Result, Stream, Transport
 
 
@@ -47,10 +46,13 @@ class Job:
 
     def run(self, cmd: Cmd, *, timeout: float | None = None, stdin: bytes | None = None) -> Result:
         """Run a command; a target tool that finds gpuops' target files missing gets them, then runs again."""
-        result = self.transport.run(cmd, timeout=timeout or self.timeout, stdin=stdin)
-        if needs_lib(result.exit_code, result.out):
-            self.install_lib()
-            result = self.transport.run(cmd, timeout=timeout or self.timeout, stdin=stdin)
+        from gpuops.remote import run_tool
+
+        from gpuops.ship import ToolCmd
+
+        result = run_tool(self.transport, cmd, timeout=timeout or self.timeout, label=self.target.name, stdin=stdin,
+                          mask=self.mask)
+        self._lib_ok = self._lib_ok or isinstance(cmd, ToolCmd)  # it ran: the files are there now
         return result
 
     def open(self, cmd: Cmd) -> Stream:

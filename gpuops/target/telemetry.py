@@ -30,7 +30,7 @@ import os
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union, Iterable
 
 from .records import SAMPLES, SAMPLES_COARSE
 from .smi import GpuSample
@@ -292,8 +292,11 @@ def figure(pattern: Pattern[str], line: str) -> float | None:
     if match is None:
         return None
     text = match.group(1) if pattern.groups else match.group(0)
-    if text is None:
-        return None
+    return None if text is None else parse_figure(text)
+
+
+def parse_figure(text: str) -> float | None:
+    """A logged figure as a number: thousands separators allowed; None when it is no finite number."""
     try:
         return _finite(float(text.replace(",", "").replace("_", "")))
     except ValueError:
@@ -340,6 +343,14 @@ class CacheWatcher:
         """Remember what is there now (at training start); returns how many files that is."""
         self._seen = set(self._walk())
         return len(self._seen)
+
+    def seen(self) -> List[str]:
+        """The files of the snapshot (to keep, so a restarted watchdog judges against the same one)."""
+        return sorted(self._seen)
+
+    def restore(self, names: Iterable[str]) -> None:
+        """Take a kept snapshot back instead of making a new one."""
+        self._seen = set(names)
 
     def new_files(self) -> Tuple[int, List[str]]:
         """How many files appeared since the snapshot, and a few of them (paths relative to the cache)."""

@@ -24,6 +24,7 @@ from . import tmux
 from .abort import claim, reap, stop_run
 from .masking import Masker
 from .procs import running
+from .quiet import Quiet
 from .records import read_json
 from .runfiles import append_event
 from .stall import StallClock
@@ -51,6 +52,7 @@ class EventLog:
     def __init__(self, d: str) -> None:
         self.path = os.path.join(d, p.EVENTS)
         self.reported: set = set()
+        self.findings: set = set()  # (detector rule, gpu) reported
         self.counts: Dict[str, int] = {}
         try:
             with open(self.path, "rb") as fh:
@@ -59,6 +61,8 @@ class EventLog:
                         ev = json.loads(raw)
                     except ValueError:
                         continue
+                    if isinstance(ev, dict) and ev.get("event") in ("match", "note") and ev.get("figures") is not None:
+                        self.findings.add((ev.get("rule"), (ev.get("figures") or {}).get("gpu")))
                     if isinstance(ev, dict) and ev.get("event") == "match":
                         self.reported.add((ev.get("rule"), ev.get("offset")))
                         self.counts[ev.get("rule")] = self.counts.get(ev.get("rule"), 0) + 1
@@ -101,6 +105,8 @@ class Watchdog:
         self.session_alive = True
         self.stall_said = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
+        self.quiet = Quiet(d, cfg, self.started)
+        self.next_quiet = 0.0
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> bool:
@@ -131,6 +137,9 @@ class Watchdog:
         self.stall_said = False
         for hit in self.matcher.feed(data):
             self.on_hit(hit)
+        now = time.time()
+        for measure in self.matcher.take_measures():
+            self.quiet.measure(measure.rule, measure.value, now)
         self.after_feed()
         return True
 
@@ -167,6 +176,32 @@ class Watchdog:
         if hit.action == "abort" and self.first_abort is None:
             self.first_abort = hit
             self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
+
+    def check_quiet(self, now: float) -> None:
+        """GPU samples, figures and the cache, judged: a finding is a match of its detector rule."""
+        if now < self.next_quiet:
+            return
+        self.next_quiet = now + 0.25
+        for finding in self.quiet.tick(now):
+            self.on_finding(finding)
+        problem = self.quiet.problem()
+        if problem:
+            self.events.write("telemetry_problem", message="no GPU samples: " + problem)
+
+    def on_finding(self, f: Any) -> None:
+        key = (f.rule, f.figures.get("gpu"))
+        if key in self.events.findings:
+            return  # reported before a restart
+        self.events.findings.add(key)
+        if f.action == "note":
+            self.events.write("note", rule=f.rule, message=f.message, advice=f.advice, figures=f.figures)
+            return
+        self.events.write("match", rule=f.rule, action=f.action, description=f.message, line=f.message,
+                          message=f.message, advice=f.advice, figures=f.figures, offset=None, line_number=None,
+                          excerpt=f.message + "\n" + f.advice)
+        if f.action == "abort" and self.first_abort is None:
+            self.first_abort = f
+            self.abort("match", rule=f.rule, line=f.message, excerpt=f.message + "\n" + f.advice, figures=f.figures)
 
     # -- stopping the run ---------------------------------------------------------------------
     def abort(self, reason: str, **why: Any) -> None:
@@ -276,6 +311,10 @@ class Watchdog:
             self.on_hit(hit)
         if self.aborter is not None:
             self.aborter.join()
+        try:
+            self.quiet.finish()
+        except Exception as exc:  # the run is over either way; its profile is a convenience
+            self.events.write("profile_failed", message="%s: %s" % (type(exc).__name__, exc))
         self.status = "done"
         self.events.write("done")
         self.beat(force=True)
@@ -290,6 +329,7 @@ class Watchdog:
             "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
             "restarts": self.restarts, "disabled_rules": sorted(self.matcher.guard.disabled),
+            **self.quiet.heartbeat(),
         })
 
     def run(self) -> int:
@@ -301,6 +341,7 @@ class Watchdog:
             got = self.read_log()
             now_m, now = time.monotonic(), time.time()
             self.check_stall(now_m)
+            self.check_quiet(now)
             if now >= next_claim_check:
                 next_claim_check = now + 0.25
                 self.check_claims()

@@ -1,0 +1,98 @@
+"""`gpuops runs`: the run history of each target, newest first, read from its run directories
+(so it works from any machine): a table on a terminal, JSON Lines with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from gpuops.errors import ExitCode, GpuopsError
+
+
+def history(pool: Any, inventory: Any, target: Any, limit: int) -> tuple[list[dict[str, Any]], GpuopsError | None]:
+    """One target's runs, or why they could not be read."""
+    from gpuops.flow import tools
+    from gpuops.remote import run_tool
+
+    timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
+    try:
+        result = run_tool(pool.target(target), tools.runs(limit), timeout=timeout, label=target.name)
+    except GpuopsError as exc:
+        return [], exc
+    if result.exit_code != 0:
+        return [], GpuopsError(f"{target.name}: could not read the run history (exit {result.exit_code}): "
+                               f"{result.err.strip()[-300:]}")
+    rows = []
+    for line in result.out.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows, None
+
+
+def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, limit: int,
+             as_json: bool) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpuops.cli.status_cmd import _targets
+    from gpuops.transport import Pool
+
+    inv, pb, targets = _targets(inventory, playbook, names, every)
+    pool = Pool(inv)
+    try:
+        with ThreadPoolExecutor(max_workers=min(8, len(targets))) as ex:
+            results = list(ex.map(lambda t: history(pool, inv, t, limit), targets))
+    finally:
+        pool.close()
+    code = ExitCode.OK
+    for target, (rows, error) in zip(targets, results):
+        if pb is not None:
+            rows = [r for r in rows if r.get("playbook") == pb.name]
+        if error is not None:
+            code = max(code, error.exit_code)
+            sys.stderr.write(f"gpuops: error: {error}\n" + (f"hint: {error.hint}\n" if error.hint else ""))
+            continue
+        if as_json:
+            _json(target.name, rows)
+        else:
+            sys.stdout.write(table(target.name, rows))
+    sys.stdout.flush()
+    return code
+
+
+def _json(target: str, rows: list[dict[str, Any]]) -> None:
+    from gpuops.cli.render import iso
+
+    for row in rows:
+        obj = {"ts": iso(time.time()), "event": "run", "target": target, **row}
+        sys.stdout.write(json.dumps(obj, default=str) + "\n")
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.0f}k" if value >= 10000 else f"{value:g}"
+
+
+def table(target: str, rows: list[dict[str, Any]]) -> str:
+    """Plain columns, one run a line, every line prefixed by its target (greppable on many targets)."""
+    head = ("run", "playbook", "started", "duration", "warmup s/GPU", "outcome", "exit", "rule", "throughput", "GPU memory MiB")
+    lines = [head]
+    for r in rows:
+        warm = r.get("warmup_seconds") or {}
+        gpus = r.get("gpus") or {}
+        lines.append((
+            str(r.get("run")), str(r.get("playbook") or "-"), str(r.get("started") or "-"),
+            "-" if r.get("duration_s") is None else f"{r['duration_s']:.0f}s",
+            " ".join(f"{g}:{s:.0f}" for g, s in sorted(warm.items())) or "-",
+            str(r.get("outcome")), "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-"),
+            _figure((r.get("throughput") or {}).get("median")),
+            " ".join(f"{g}:{v.get('median'):.0f}" for g, v in sorted(gpus.items()) if v.get("median") is not None) or "-",
+        ))
+    if len(lines) == 1:
+        return f"{target}: no runs\n"
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    return "".join(f"{target}: " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in lines)

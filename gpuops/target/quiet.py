@@ -1,0 +1,187 @@
+"""The watchdog's eyes for quiet failures: GPU samples, throughput figures, the inductor cache, verdicts.
+
+One nvidia-smi process samples every GPU of the run in a loop (`-lms`: the driver is opened once,
+not every sample); the throughput figures come from the log through the matcher's metric rule;
+the inductor cache is walked every CACHE_EVERY sample intervals. All of it goes to the telemetry files
+and to the detectors (detectors.py), judged against the baseline: the last good run of the same
+playbook on this target, or the playbook's numbers. When the run ends its profile is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any, Dict, List, Optional
+
+from .detectors import Detectors, Finding
+from .profile import baseline_from_config, find_baseline, keep_profile
+from .smi import SmiError, parse_sample, sample_argv
+from .telemetry import CacheWatcher, Figures, TelemetryLog, inductor_cache_dir, parse_figure
+
+#: Sample intervals between walks of the inductor cache (a walk of 20,000 entries takes tens of ms):
+#: every 10 s at the default 2 s interval.
+CACHE_EVERY = 5
+#: Seconds before a sampler that died is started again.
+RESTART_AFTER = 30.0
+SNAPSHOT = "cache-snapshot.txt"  # the cache's files when training started (a restarted watchdog keeps them)
+
+
+class Sampler:
+    """`nvidia-smi --query-gpu=index,memory.used,utilization.gpu ... -lms N` read without blocking."""
+
+    def __init__(self, gpus: List[int], interval: float) -> None:
+        self.gpus, self.interval = gpus, interval
+        self.proc: Optional[subprocess.Popen] = None
+        self.buf = b""
+        self.rows: Dict[int, bytes] = {}
+        self.down_since: Optional[float] = None
+        self.problem: Optional[str] = None  # why there are no samples (said once)
+
+    def start(self, now: float) -> None:
+        argv = sample_argv(self.gpus) + ["-lms", str(max(100, int(self.interval * 1000)))]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self.problem, self.down_since = "nvidia-smi cannot run: %s" % (exc.strerror or exc), now
+            return
+        os.set_blocking(self.proc.stdout.fileno(), False)
+
+    def poll(self, now: float) -> List[Dict[int, Any]]:
+        """The complete samples that arrived (each: index -> (MiB, %))."""
+        if self.proc is None:
+            if self.down_since is None or now - self.down_since >= RESTART_AFTER:
+                self.start(now)
+            return []
+        try:
+            chunk = self.proc.stdout.read() or b""
+        except OSError:
+            chunk = b""
+        self.buf += chunk
+        out = []
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            index = line.split(b",", 1)[0].strip()
+            if not index.isdigit():  # an error text: the loop is of no use
+                self.problem = line.decode("utf-8", "replace").strip()[:300] or "nvidia-smi failed"
+                continue
+            if int(index) in self.rows:
+                out += self._sample()
+            self.rows[int(index)] = line
+        if len(self.rows) == len(self.gpus):
+            out += self._sample()
+        code = self.proc.poll()
+        if code is not None:
+            self.proc, self.down_since = None, now
+            self.problem = self.problem or "nvidia-smi exited with code %s" % code
+        return out
+
+    def _sample(self) -> List[Dict[int, Any]]:
+        text = b"\n".join(self.rows[i] for i in sorted(self.rows)).decode("utf-8", "replace")
+        self.rows = {}
+        try:
+            return [parse_sample(text)]
+        except SmiError as exc:
+            self.problem = str(exc)[:300]
+            return []
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def detector_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    return {key: cfg.get(key) for key in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")}
+
+
+class Quiet:
+    """Telemetry and the quiet-failure detectors of one run (inside the watchdog; wall-clock times)."""
+
+    def __init__(self, d: str, cfg: Dict[str, Any], started: float) -> None:
+        self.d, self.cfg, self.started = d, cfg, started
+        self.gpus = [int(g) for g in cfg.get("gpus") or []]
+        self.interval = float(cfg.get("sample_interval") or 2.0)
+        self.telemetry = TelemetryLog(d)
+        self.figures = Figures()
+        runs = os.path.dirname(d)
+        last = find_baseline(runs, str(cfg.get("playbook")), exclude=os.path.basename(d))
+        self.baseline = baseline_from_config(detector_config(cfg), last, self.gpus)
+        self.detectors = Detectors(detector_config(cfg), self.baseline, started)
+        self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
+        self.said_problem: Optional[str] = None
+        self.cache = self._cache_watcher()
+        self.cache_every = CACHE_EVERY * self.interval
+        self.next_cache = time.time() + self.cache_every
+        self.fired: List[str] = []
+        self.last: Dict[str, Any] = {}  # the newest figures, for the heartbeat
+
+    def _cache_watcher(self) -> Optional[CacheWatcher]:
+        section = self.cfg.get("compile_after_warmup")
+        if not section:
+            return None
+        env = {**os.environ, **(self.cfg.get("env") or {})}
+        watcher = CacheWatcher(section.get("cache_dir") or inductor_cache_dir(env))
+        path = os.path.join(self.d, SNAPSHOT)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                watcher.restore(fh.read().splitlines())  # the snapshot a restarted watchdog resumes
+        except OSError:
+            watcher.snapshot()
+            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                fh.write("\n".join(watcher.seen()))
+            os.replace(path + ".tmp", path)
+        return watcher
+
+    def measure(self, rule: str, value: str, now: float) -> None:
+        """A figure the matcher read off the log."""
+        from .watchcfg import RECOMPILES, THROUGHPUT
+
+        if rule == THROUGHPUT:
+            figure = parse_figure(value)
+            if figure is not None:
+                self.figures.add(figure)
+                self.detectors.throughput(now, figure)
+                self.last["throughput"] = figure
+        elif rule == RECOMPILES:
+            self.detectors.recompile(now, "Recompiling function " + value)
+
+    def tick(self, now: float) -> List[Finding]:
+        """Read what arrived, judge; the findings that begin now."""
+        if self.sampler is not None:
+            for sample in self.sampler.poll(now):
+                self.telemetry.append(now, sample, throughput=self.figures.take())
+                self.detectors.sample(now, sample)
+                self.last["gpus"] = {str(g): list(v) for g, v in sample.items()}
+        if self.cache is not None and now >= self.next_cache:
+            self.next_cache = now + self.cache_every
+            new, examples = self.cache.new_files()
+            self.detectors.cache_files(now, new, examples)
+        findings = self.detectors.judge(now)
+        self.fired += [f.rule for f in findings if f.action != "note"]
+        return findings
+
+    def problem(self) -> Optional[str]:
+        """Why GPU samples are missing, once per new reason."""
+        why = self.sampler.problem if self.sampler is not None else None
+        if why and why != self.said_problem:
+            self.said_problem = why
+            return why
+        return None
+
+    def heartbeat(self) -> Dict[str, Any]:
+        b = self.baseline
+        swing = (self.cfg.get("gpu_memory") or {}).get("max_swing_mib", 2048)
+        return {"telemetry": {**self.last, "max_swing_mib": swing, "baseline": None if b is None else {
+            "run": b.run, "throughput": b.throughput, "source": b.source,
+            "gpu_memory": None if b.gpu_memory is None else {str(k): v for k, v in b.gpu_memory.items()}}}}
+
+    def finish(self) -> Dict[str, Any]:
+        """Stop sampling and keep the run's profile (what later runs are judged against)."""
+        if self.sampler is not None:
+            self.sampler.stop()
+        settles = [s.get("settle", 60.0) for s in (self.cfg.get("throughput"), self.cfg.get("gpu_memory")) if s]
+        return keep_profile(self.d, settle=min(settles) if settles else 60.0, findings=self.fired)
