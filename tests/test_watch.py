@@ -434,3 +434,15 @@ def test_ctrl_c_during_the_abort_says_how_to_make_sure_the_run_is_stopped(ct: Ct
                           capture_output=True, text=True, timeout=CLI_TIMEOUT)  # fmt: skip
     assert stop.returncode == 0, stop.stderr
     ct.assert_run_gone()
+
+
+def test_a_matchs_line_number_is_the_log_event_it_came_from_also_after_tqdm_bars(ct: Ct) -> None:
+    # tqdm ends its bar's lines with \r: the matcher counts each as a line, and so do the log events.
+    ct.playbook(trainer("fx-tqdm"))
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 7, result
+    events = result.events()
+    logs = [e["line"] for e in events if e["event"] == "log"]
+    (match,) = [e for e in events if e["event"] == "match"]
+    assert logs[match["line_number"] - 1] == match["line"]
+    assert any("it/s" in line for line in logs[: match["line_number"]])  # the bar's updates came as lines

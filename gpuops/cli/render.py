@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -12,6 +13,7 @@ from gpuops.flow.events import Event, Outcome
 
 
 _LINE_BREAKS = ("\x85", "\u2028", "\u2029")
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def iso(ts: float) -> str:
@@ -44,21 +46,28 @@ class JsonRenderer:
         if ev.kind == "log":
             key = (ev.target, ev.run)
             data = self._partial.pop(key, b"") + ev.get("bytes", b"")
-            *lines, rest = data.split(b"\n")
+            # Lines end where the matcher ends them (\n, \r\n or a lone \r: a tqdm bar), so the n-th
+            # `log` event of a run is the line a match's line_number counts. A CR at the very end
+            # waits: the next bytes may make it a CRLF.
+            lines = _LINE_END.split(data)
+            rest = lines.pop()
+            if data.endswith(b"\r") and lines:
+                rest = lines.pop() + b"\r"
             if len(rest) > 65536:
                 lines.append(rest)
                 rest = b""
             if rest:
                 self._partial[key] = rest
             for line in lines:
-                self.emit({**base, "line": line.decode("utf-8", "replace").rstrip("\r")})
+                self.emit({**base, "line": line.decode("utf-8", "replace")})
             return
         data = {k: v for k, v in ev.data.items() if not isinstance(v, bytes)}
         self.emit({**base, **data})
 
     def outcome(self, out: Outcome, target: str | None = None) -> None:
         for (tgt, run), rest in list(self._partial.items()):
-            self.emit({"ts": iso(time.time()), "event": "log", "target": tgt, "run": run, "line": rest.decode("utf-8", "replace")})
+            text = rest[:-1] if rest.endswith(b"\r") else rest
+            self.emit({"ts": iso(time.time()), "event": "log", "target": tgt, "run": run, "line": text.decode("utf-8", "replace")})
         self._partial.clear()
         obj: dict[str, Any] = {"ts": iso(time.time()), "event": "summary", "target": target or self.target}
         run = out.data.get("run") or self.run
