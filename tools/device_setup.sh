@@ -8,7 +8,7 @@ W=${1:-.whl}
 D=/opt/gpuops-debs
 mkdir -p "$D"
 for deb in "$W"/*.deb; do dpkg -x "$deb" "$D"; done
-echo "$D/usr/lib/x86_64-linux-gnu" >/etc/ld.so.conf.d/zz-gpuops-debs.conf
+printf "%s\n" "$D/usr/lib/x86_64-linux-gnu" "$D/lib/x86_64-linux-gnu" >/etc/ld.so.conf.d/zz-gpuops-debs.conf
 ldconfig
 link() {  # link NAME DIR: the carried binary, unless the machine has one
   command -v "$1" >/dev/null 2>&1 && [ -e "$2/$1" ] && return 0
