@@ -11,6 +11,7 @@ import pytest
 
 from gpuops.signatures import Hit, Matcher, Rule, accel, builtin_rules, regex_rule
 from gpuops.signatures import matcher as matcher_mod
+from gpuops.target.signatures import scan as scan_mod
 
 LOGS = Path(__file__).parent / "data" / "logs"
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is not supported at the moment."
@@ -607,8 +608,8 @@ def test_line_end_counting_on_cr_heavy_logs(eol):
 def test_anchor_bytes_follow_the_log(monkeypatch):
     """Literals are found through a byte rare in the log; when it turns frequent the
     chunk falls back to searching and the next chunk chooses again: same hits."""
-    monkeypatch.setattr(matcher_mod, "_SAMPLE", 4096)
-    monkeypatch.setattr(matcher_mod, "_REPLAN", 16384)
+    monkeypatch.setattr(scan_mod, "_SAMPLE", 4096)
+    monkeypatch.setattr(scan_mod, "_REPLAN", 16384)
     quiet = training_log(2, 1 << 18)
     noisy = b"".join(b"Warning %d: PPPP Segment fault Watch (x)\n" % i for i in range(4000))
     data = quiet + noisy + b"Segmentation fault\n" + quiet + noisy
@@ -641,7 +642,7 @@ def test_prefilter_hook_compiles_each_literal_set_once():
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_literal_searched_without_anchors(engine, monkeypatch):
-    monkeypatch.setattr(matcher_mod, "_NOT_ANCHORS", frozenset(range(256)))
+    monkeypatch.setattr(scan_mod, "_NOT_ANCHORS", frozenset(range(256)))
     for seed in range(4):
         data = mixed_log(seed) + training_log(seed, 1 << 17)
         reference = scan(data, cls=LineByLine)
