@@ -87,11 +87,11 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
             "line": record.get("line"), "excerpt": record.get("excerpt"), "by": by, "gpus": done.get("gpus", []),
             "survivors": done.get("survivors", [])}
     if reason == "stall":
-        last = record.get("last_line") or said.get("last_line")
+        last = record.get("last_line")  # the line before the stall, not what the run printed when stopped
         limit = record.get("stall_timeout", job.playbook.watch.stall_timeout)
         message = (f"run {run_id} stalled: no log output for {record.get('seconds')}s (stall_timeout {limit:g}s"
                    + ("; its log file is missing" if record.get("log_missing") else "") + f"); stopped by {who}"
-                   + (f"; last log line: {last}" if last else ""))
+                   + (f"; last log line: {last}" if last else "; it had printed nothing"))
         data.update(rule="stall", last_line=last)
     elif reason == "timeout":
         message = f"--timeout ran out: run {run_id} stopped"
