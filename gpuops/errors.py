@@ -20,6 +20,7 @@ class ExitCode:
     TIMEOUT = 124
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE
+    TERMINATED = 143  # SIGTERM (a cancelled CI job): handled as Ctrl-C is, 128 + 15
 
 
 class GpuopsError(Exception):

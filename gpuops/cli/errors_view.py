@@ -7,18 +7,23 @@ from typing import Any
 
 
 def show_error(message: str, hint: str | None, exc: Any) -> None:
-    err = sys.stderr
-    err.write(f"gpuops: error: {message}\n")
+    sys.stderr.write(error_text(message, hint, exc))
+    sys.stderr.flush()
+
+
+def error_text(message: str, hint: str | None, exc: Any, head: str = "gpuops: error: ") -> str:
+    """The error's lines: the message after `head`, the measured table or output tail, the hint."""
+    parts = [f"{head}{message}\n"]
     findings = getattr(exc, "findings", None)
     if findings:
-        err.write(_findings_table(findings, exc.thresholds))
+        parts.append(_findings_table(findings, exc.thresholds))
     tail = getattr(exc, "tail", None)
     if tail:
-        err.write(f"last {len(tail)} lines of the warmup on GPU {exc.gpu}:\n")
-        err.write("".join(f"    | {line}\n" for line in tail))
+        parts.append(f"last {len(tail)} lines of the warmup on GPU {exc.gpu}:\n")
+        parts.extend(f"    | {line}\n" for line in tail)
     if hint:
-        err.write(f"hint: {hint}\n")
-    err.flush()
+        parts.append(f"hint: {hint}\n")
+    return "".join(parts)
 
 
 def _findings_table(findings: list[Any], thresholds: dict[str, Any]) -> str:

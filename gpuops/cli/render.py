@@ -7,7 +7,7 @@ import json
 import re
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from gpuops.flow.events import Event, Outcome
 
@@ -23,11 +23,13 @@ def iso(ts: float) -> str:
 class JsonRenderer:
     """One JSON object per line on stdout, nothing else there; log bytes become `log` lines."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, *, hold_summaries: bool = False) -> None:
         self.out = out or sys.stdout
         self._partial: dict[tuple[str, str | None], bytes] = {}
         self.target = ""
-        self.run: str | None = None
+        self.runs: dict[str, str] = {}  # target -> its run: a summary names its own target's run
+        #: Several targets: summaries wait, so the last lines are one per target (release()).
+        self.held: list[dict[str, Any]] | None = [] if hold_summaries else None
 
     def emit(self, obj: dict[str, Any]) -> None:
         text = json.dumps(obj, ensure_ascii=False, default=str)
@@ -39,7 +41,9 @@ class JsonRenderer:
         self.out.flush()
 
     def event(self, ev: Event) -> None:
-        self.target, self.run = ev.target, ev.run or self.run
+        self.target = ev.target
+        if ev.run:
+            self.runs[ev.target] = ev.run
         base = {"ts": iso(ev.ts), "event": ev.kind, "target": ev.target}
         if ev.run:
             base["run"] = ev.run
@@ -65,17 +69,29 @@ class JsonRenderer:
         self.emit({**base, **data})
 
     def outcome(self, out: Outcome, target: str | None = None) -> None:
+        name = target or self.target
         for (tgt, run), rest in list(self._partial.items()):
+            if self.held is not None and tgt != name:
+                continue  # another target's line goes on
             text = rest[:-1] if rest.endswith(b"\r") else rest
             self.emit({"ts": iso(time.time()), "event": "log", "target": tgt, "run": run, "line": text.decode("utf-8", "replace")})
-        self._partial.clear()
-        obj: dict[str, Any] = {"ts": iso(time.time()), "event": "summary", "target": target or self.target}
-        run = out.data.get("run") or self.run
+            del self._partial[(tgt, run)]
+        obj: dict[str, Any] = {"ts": iso(time.time()), "event": "summary", "target": name}
+        run = out.data.get("run") or self.runs.get(name)
         if run:
             obj["run"] = run
         obj.update({"outcome": out.outcome, "exit_code": out.exit_code, "message": out.message})
         obj.update({k: v for k, v in out.data.items() if k != "run"})
+        if self.held is not None:
+            self.held.append(obj)
+            return
         self.emit(obj)
+
+    def release(self, order: Callable[[dict[str, Any]], Any]) -> None:
+        """The held summaries in `order` (the worst last, so the last line carries the command's exit code)."""
+        held, self.held = self.held or [], None
+        for obj in sorted(held, key=order):
+            self.emit(obj)
 
 
 def _who(by: Any) -> str:
@@ -103,13 +119,19 @@ _WATCHDOG_WORDS = {
 
 
 class TextRenderer:
-    """Human output: log bytes as they are on stdout, gpuops' own words on stderr."""
+    """Human output: log bytes as they are on stdout, gpuops' own words on stderr.
 
-    def __init__(self, *, verbose: bool = False) -> None:
+    multi (several targets at once): every log line is prefixed `target: ` and kept whole, the outcome
+    lines carry `[target]`, and the warmup shows as plain lines (a progress bar per GPU index would mix targets).
+    """
+
+    def __init__(self, *, verbose: bool = False, multi: bool = False) -> None:
         self.verbose = verbose
+        self.multi = multi
         self.err = sys.stderr
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() and not multi
         self._progress: Any = None
+        self._partial: dict[str, bytes] = {}  # multi: each target's unfinished log line
 
     def say(self, text: str) -> None:
         if self._progress is not None:
@@ -122,7 +144,8 @@ class TextRenderer:
         k = ev.kind
         tag = f"[{ev.target}]"
         if k == "log":
-            sys.stdout.buffer.write(ev.get("bytes", b""))
+            data = ev.get("bytes", b"")
+            sys.stdout.buffer.write(self._prefixed(ev.target, data) if self.multi else data)
             sys.stdout.buffer.flush()
         elif k == "preflight_ok":
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB {g['utilization_pct']}%" for g in ev.get("gpus", []))
@@ -140,10 +163,11 @@ class TextRenderer:
             where = f"at log line {ev.get('line_number')}" if ev.get("line_number") else "(from outside the log)"
             self.say(f"{tag} {str(ev.get('action')).upper()}: rule '{ev.get('rule')}' matched {where}: "
                      f"{ev.get('line') or ev.get('message')}")
+            pad = f"{tag}     " if self.multi else "    "  # several targets: every line says whose it is
             if ev.get("advice"):
-                self.say(f"    {ev.get('advice')}")
+                self.say(f"{pad}{ev.get('advice')}")
             if ev.get("action") == "abort" and ev.get("excerpt"):
-                self.say("\n".join("    | " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
+                self.say("\n".join(f"{pad}| " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
         elif k in _WATCHDOG_WORDS:
             self.say(f"{tag} " + _WATCHDOG_WORDS[k](ev))
         elif k == "watchdog" and ev.get("what") in _WATCHDOG_WORDS:
@@ -209,8 +233,47 @@ class TextRenderer:
             self._progress.stop()
             self._progress = None
 
+    def _prefixed(self, target: str, data: bytes) -> bytes:
+        """Whole log lines, each after `target: `; a line's end (\\n, \\r\\n, a tqdm bar's \\r) is kept as it is."""
+        data = self._partial.pop(target, b"") + data
+        prefix = f"{target}: ".encode()
+        out, start = [], 0
+        for m in _LINE_END.finditer(data):
+            if m.end() == len(data) and m.group() == b"\r":
+                break  # a CR at the very end waits: the next bytes may make it a CRLF
+            out.append(prefix + data[start:m.end()])
+            start = m.end()
+        rest = data[start:]
+        if len(rest) > 65536:  # no line end in sight: show it rather than hold it
+            out.append(prefix + rest + b"\n")
+            rest = b""
+        if rest:
+            self._partial[target] = rest
+        return b"".join(out)
+
+    def end_log(self, target: str) -> None:
+        """The target's last log line, when it ended without a line break."""
+        rest = self._partial.pop(target, b"")
+        if rest:
+            sys.stdout.buffer.write(f"{target}: ".encode() + rest + (b"" if rest.endswith(b"\n") else b"\n"))
+            sys.stdout.buffer.flush()
+
     def outcome(self, out: Outcome, target: str | None = None) -> None:
         self._stop_progress()
+        if self.multi:
+            self.end_log(target or "")
+            if out.message:
+                word = out.outcome if out.exit_code == 0 else out.outcome.upper()
+                self.say(f"[{target}] {word} (exit {out.exit_code}): {out.message}")
+            return
         if out.message:
             prefix = "gpuops: " if out.exit_code == 0 else f"gpuops: {out.outcome.upper()} (exit {out.exit_code}): "
             self.say(prefix + out.message)
+
+    def error(self, target: str, code: int, message: str, hint: str | None, exc: Any) -> None:
+        """multi: a target's error, every line tagged with the target (the others go on)."""
+        from gpuops.cli.errors_view import error_text
+
+        self.end_log(target)
+        text = error_text(message, hint, exc, head=f"ERROR (exit {code}): ")
+        self.say("\n".join(f"[{target}] {line}" for line in text.rstrip("\n").split("\n")))

@@ -1,0 +1,302 @@
+"""Several targets at once: each in a process of its own, its events relayed here and rendered together.
+
+A target's work (launch, follow, stop) runs as it does for one target, in the main thread of a forked
+worker: its own connection, its own Ctrl-C handling, the regex time budget (a SIGALRM, main thread
+only) intact, and no dead host or stuck regex of one target can stall another. This process renders
+every event, writes the JUnit report, and passes Ctrl-C and SIGTERM on to each worker once. The
+command's exit code is the worst of the targets' (`SEVERITY`); every target's result is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, NoReturn
+
+from gpuops.cli.signals import Terminated, cause_of, code_of, outcome_of
+from gpuops.errors import ExitCode, GpuopsError
+from gpuops.flow.events import Event, Outcome
+
+#: Worst first. An interrupted command (SIGTERM, Ctrl-C, a closed stdout) did not finish: that wins.
+#: Then a bug; then what the runs found, the furthest step first (a rule fired, a stall, training
+#: failed, warmup, preflight); then reaching the target (3) and the configuration (2); --timeout (124)
+#: is a budget, not a finding, so any failure elsewhere outranks it.
+SEVERITY = (
+    ExitCode.TERMINATED, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
+    ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.CONNECT,
+    ExitCode.USAGE, ExitCode.TIMEOUT,
+)
+
+Work = Callable[[Any, Any], int]  # (job, renderer) -> exit code; a GpuopsError is that target's error
+_HEADER = struct.Struct("!I")
+_CARRIED = ("findings", "thresholds", "gpu", "tail", "run", "target")  # what the renderers and the report read
+
+
+def rank(code: int) -> int:
+    """Higher is worse: 0 is best, an unknown non-zero code just below a bug."""
+    if code == ExitCode.OK:
+        return 0
+    if code in SEVERITY:
+        return len(SEVERITY) - SEVERITY.index(code) + 1
+    return len(SEVERITY) - SEVERITY.index(ExitCode.INTERNAL)
+
+
+def worst(codes: Iterable[int]) -> int:
+    """The command's exit code over several targets."""
+    return max(codes, key=rank, default=ExitCode.OK)
+
+
+class Carried(GpuopsError):
+    """A target's error as its worker raised it: message, hint, exit code and the details shown with it."""
+
+    def __init__(self, message: str, hint: str | None, exit_code: int, details: dict[str, Any]) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = exit_code
+        self.__dict__.update(details)
+
+
+@dataclass
+class _Worker:
+    job: Any
+    pid: int
+    fd: int
+    buf: bytearray = field(default_factory=bytearray)
+    items: list[Any] = field(default_factory=list)  # relayed, not yet rendered (ordered output)
+    code: int | None = None
+    word: str = ""
+    cost: tuple[int, int] = (0, 0)
+    eof: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.job.target.name
+
+
+class _Relay:
+    """The renderer a worker's work sees: every event and outcome goes, pickled, to the rendering process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, item: tuple[Any, ...]) -> None:
+        data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_HEADER.pack(len(data)) + data)
+        with _signals_held():  # a frame is written whole, or the reader could not tell where the next begins
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError:  # the rendering process is gone: end as a killed gpuops would
+                os._exit(ExitCode.INTERNAL)
+
+    def event(self, ev: Event) -> None:
+        self.send(("event", ev))
+
+    def outcome(self, out: Outcome, target: str | None = None) -> None:
+        self.send(("outcome", out))
+
+
+class Fanout:
+    """Runs `work` for every job at once and renders what each reports; `ordered`: one target's output after another."""
+
+    def __init__(self, jobs: list[Any], render_for: Callable[[Any], Any], base: Any, report: Any, *,
+                 as_json: bool, ordered: bool = False) -> None:
+        self.jobs, self.render_for, self.base, self.report = jobs, render_for, base, report
+        self.as_json, self.ordered = as_json, ordered
+        self.renders = {job.target.name: render_for(job) for job in jobs}
+        self.workers: list[_Worker] = []
+        self.broken = False
+
+    # -- the workers ------------------------------------------------------------------------------
+    def run(self, work: Work) -> int:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # a forked copy of unwritten output would be written twice
+        for job in self.jobs:
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                for fd in [read_end] + [w.fd for w in self.workers]:
+                    os.close(fd)
+                _worker_main(job, work, write_end, os.getppid())
+            os.close(write_end)
+            self.workers.append(_Worker(job, pid, read_end))
+        try:
+            self._pump()
+        finally:
+            for w in self.workers:
+                os.close(w.fd)
+        return self._finish()
+
+    def _pump(self) -> None:
+        while any(not w.eof for w in self.workers):
+            try:
+                live = [w.fd for w in self.workers if not w.eof]
+                ready, _, _ = select.select(live, [], [], 0.5)
+                for w in self.workers:
+                    if w.fd in ready:
+                        self._read(w)
+                self._render()
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (Terminated): every target ends as one would alone
+                self._signal(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+            except BrokenPipeError:  # stdout's reader left: stop following everywhere, say nothing more
+                self.broken = True
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                self._signal(signal.SIGINT)
+
+    def _signal(self, sig: int) -> None:
+        for w in self.workers:
+            if not w.eof:
+                try:
+                    os.kill(w.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def _read(self, w: _Worker) -> None:
+        data = os.read(w.fd, 1 << 20)
+        with _signals_held():  # a Ctrl-C now waits until the bytes are booked: no result lost or doubled
+            if data:
+                w.buf += data
+                self._frames(w)
+            else:
+                self._ended(w)
+
+    def _frames(self, w: _Worker) -> None:
+        while len(w.buf) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(w.buf)
+            if len(w.buf) < _HEADER.size + size:
+                break
+            item = pickle.loads(bytes(w.buf[_HEADER.size:_HEADER.size + size]))
+            del w.buf[:_HEADER.size + size]
+            if item[0] in ("done", "error"):
+                w.code = item[1] if item[0] == "done" else item[1]["exit_code"]
+            w.items.append(item)
+
+    def _ended(self, w: _Worker) -> None:
+        w.eof = True
+        _, status = os.waitpid(w.pid, 0)
+        if w.code is None:  # it died without a word (killed, out of memory)
+            code = os.waitstatus_to_exitcode(status)
+            why = f"signal {-code}" if code < 0 else f"exit {code}"
+            w.items.append(("error", _carry(GpuopsError(f"{w.name}: its worker process ended without a result ({why})")),
+                            (0, 0)))
+            w.code = ExitCode.INTERNAL
+
+    # -- rendering --------------------------------------------------------------------------------
+    def _render(self) -> None:
+        for w in self.workers:
+            while w.items:
+                self._show(w, w.items.pop(0))
+            if self.ordered and not w.eof:
+                return  # the next target's output waits until this one's is all out
+
+    def _show(self, w: _Worker, item: tuple[Any, ...]) -> None:
+        render = self.renders[w.name]
+        kind = item[0]
+        if kind == "event":
+            render.event(item[1])
+        elif kind == "outcome":
+            w.word = item[1].outcome
+            render.outcome(item[1], w.name)
+        elif kind == "error":
+            exc = Carried(**item[1])
+            w.word, w.cost = "error", item[2]
+            self._error(w.name, exc)
+        elif kind == "done":
+            w.cost = item[2]
+
+    def _error(self, name: str, exc: Carried) -> None:
+        from gpuops.cli.common import error_outcome
+
+        if self.report.path:
+            self.report.suite(name).error(exc, exc.exit_code)
+        if self.as_json:
+            self.base.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), name)
+        else:
+            self.base.error(name, exc.exit_code, str(exc), exc.hint, exc)
+
+    def _finish(self) -> int:
+        self._render()
+        codes = [w.code if w.code is not None else ExitCode.INTERNAL for w in self.workers]
+        code = worst(codes)
+        if self.broken:
+            raise BrokenPipeError()
+        if self.as_json:
+            order = {w.name: i for i, w in enumerate(self.workers)}
+            self.base.release(lambda obj: (rank(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))
+        else:
+            each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
+            self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))
+        return code
+
+    def cost(self) -> tuple[int, int]:
+        """SSH connections and remote commands over every worker (for -v)."""
+        return sum(w.cost[0] for w in self.workers), sum(w.cost[1] for w in self.workers)
+
+
+def _carry(exc: GpuopsError) -> dict[str, Any]:
+    """The error as plain data (its class may not pickle): what Carried rebuilds."""
+    details = {k: getattr(exc, k) for k in _CARRIED if getattr(exc, k, None) is not None}
+    return {"message": str(exc), "hint": exc.hint, "exit_code": exc.exit_code, "details": details}
+
+
+def _cost(job: Any) -> tuple[int, int]:
+    return getattr(job.transport, "connections_made", 0), getattr(job.transport, "commands", 0)
+
+
+def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:
+    """In the forked worker: run the work for one target, relay everything, never return."""
+    from gpuops.cli.common import internal_error
+
+    try:
+        os.setpgid(0, 0)  # the terminal's Ctrl-C reaches the renderer, which passes it on exactly once
+    except OSError:
+        pass
+    _die_with(parent)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stdout is the renderer's alone
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the renderer's Ctrl-C, passed on, even where
+    # gpuops was started with SIGINT ignored (a background job of a script)
+    relay = _Relay(fd)
+    try:
+        code = work(job, relay)
+        relay.send(("done", code, _cost(job)))
+    except GpuopsError as exc:
+        exc.target = getattr(exc, "target", None) or job.target.name
+        relay.send(("error", _carry(exc), _cost(job)))
+    except KeyboardInterrupt as exc:  # before or after the work's own handling: still one result
+        code, name = code_of(exc), job.target.name
+        relay.outcome(Outcome(outcome_of(exc), code, f"{cause_of(exc)} while at work on {name}: see `gpuops status -t {name}`", {}))
+        relay.send(("done", code, _cost(job)))
+    except BaseException as exc:  # noqa: BLE001 - a bug in one target's work must not take the others down
+        message, hint = internal_error(exc)
+        relay.send(("error", _carry(GpuopsError(message, hint=hint)), _cost(job)))
+    finally:
+        os._exit(0)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait (the OS keeps them pending) while the block runs."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _die_with(parent: int) -> None:
+    """Linux: the worker is killed with the rendering process (a SIGKILLed gpuops leaves no worker behind)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(ExitCode.INTERNAL)
