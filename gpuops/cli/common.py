@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from gpuops.errors import ExitCode
+from gpuops.errors import ExitCode, UsageError
 
 inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, help="Inventory file (env GPUOPS_INVENTORY).")
 playbook_option = click.option("-p", "--playbook", envvar="GPUOPS_PLAYBOOK", type=str, help="Playbook file (env GPUOPS_PLAYBOOK).")
@@ -25,28 +25,32 @@ def target_option(multiple: bool = False) -> Callable[[Any], Any]:
 
 
 def require(path: str | None, what: str, env: str) -> str:
-    from gpuops.errors import UsageError
-
     if not path:
         raise UsageError(f"no {what} given: pass --{what} PATH or set {env}")
     return path
 
 
-def load_job(inventory: str | None, playbook: str | None, target: str | None, *, dry: bool = False,
-             need_env: bool = True) -> Any:
-    """Inventory + playbook + target -> a Job with its transport (not connected).
-
-    need_env=False: the command only looks at a run (logs, stop), so from_env variables may be unset here.
-    """
+def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
+              dry: bool = False, need_env: bool = True) -> list[Any]:
+    """A Job per target asked for (-t names and groups, or --all; else the playbook's target), each with a
+    transport of its own, so that one target's dead link or reconnect never touches another's."""
     from gpuops.config import load_inventory, load_playbook, resolve_target
+    from gpuops.config.inventory import resolve_targets
     from gpuops.flow.job import Job
     from gpuops.transport import Pool, dry_transport
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
     pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
-    tgt = resolve_target(inv, pb, target)
-    transport = dry_transport(inv, tgt) if dry else Pool(inv).target(tgt)
-    return Job(inv, pb, tgt, transport)
+    if every:
+        chosen = list(inv.targets.values())
+    elif names:
+        chosen = resolve_targets(inv, names)  # a group name selects its targets
+    else:
+        chosen = [resolve_target(inv, pb, None)]
+    targets = [resolve_target(inv, pb, t.name) for t in chosen]  # each checked against the playbook's GPUs
+    if not targets:
+        raise UsageError(f"{inventory}: no targets defined")
+    return [Job(inv, pb, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in targets]
 
 
 def report_cost(verbose: bool, transports: Any) -> None:
@@ -78,15 +82,20 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        from gpuops.cli.signals import Terminated, sigterm_as_interrupt
         from gpuops.errors import GpuopsError
 
         as_json = kwargs.get("as_json", False)
         try:
-            code = fn(*args, **kwargs)
+            with sigterm_as_interrupt():  # a cancelled CI job: as Ctrl-C, exit 143
+                code = fn(*args, **kwargs)
         except GpuopsError as exc:
             code = exc.exit_code
             _report(as_json, code, "error", str(exc), getattr(exc, "hint", None), exc)
-        except KeyboardInterrupt:
+        except Terminated:
+            code = ExitCode.TERMINATED
+            _report(as_json, code, "terminated", "terminated (SIGTERM)", None, None)
+        except (KeyboardInterrupt, click.exceptions.Abort):  # click's confirm turns Ctrl-C into Abort
             code = ExitCode.INTERRUPTED
             _report(as_json, code, "interrupted", "interrupted", None, None)
         except BrokenPipeError:
@@ -100,33 +109,44 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
         except click.ClickException:
             raise
         except Exception as exc:  # the boundary: anything unexpected is a bug, reported with a file
-            path = crash_report()
             code = ExitCode.INTERNAL
-            _report(as_json, code, "internal-error", f"internal error: {type(exc).__name__}: {exc}",
-                    f"the traceback is in {path}; please report it", None)
+            message, hint = internal_error(exc)
+            _report(as_json, code, "internal-error", message, hint, None)
         sys.exit(code)
 
     return wrapper
 
 
+def internal_error(exc: BaseException) -> tuple[str, str]:
+    """A bug: its traceback goes to a file; (message, hint) say so."""
+    path = crash_report()
+    return f"internal error: {type(exc).__name__}: {exc}", f"the traceback is in {path}; please report it"
+
+
+def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: Any) -> Any:
+    """An error as the Outcome its JSON summary shows: the message, the hint, and what was measured."""
+    from gpuops.flow.events import Outcome
+
+    data: dict[str, Any] = {"error": message}
+    if getattr(exc, "run", None):
+        data["run"] = exc.run
+    if hint:
+        data["hint"] = hint
+    findings = getattr(exc, "findings", None)
+    if findings:
+        data["gpus"] = [f.__dict__ for f in findings]
+        data["thresholds"] = exc.thresholds
+    if getattr(exc, "tail", None):
+        data["gpu"] = exc.gpu
+        data["output_tail"] = exc.tail
+    return Outcome(outcome, code, message, data)
+
+
 def _report(as_json: bool, code: int, outcome: str, message: str, hint: str | None, exc: Any) -> None:
     if as_json:
         from gpuops.cli.render import JsonRenderer
-        from gpuops.flow.events import Outcome
 
-        data: dict[str, Any] = {"error": message}
-        if getattr(exc, "run", None):
-            data["run"] = exc.run
-        if hint:
-            data["hint"] = hint
-        findings = getattr(exc, "findings", None)
-        if findings:
-            data["gpus"] = [f.__dict__ for f in findings]
-            data["thresholds"] = exc.thresholds
-        if getattr(exc, "tail", None):
-            data["gpu"] = exc.gpu
-            data["output_tail"] = exc.tail
-        JsonRenderer().outcome(Outcome(outcome, code, message, data), getattr(exc, "target", None))
+        JsonRenderer().outcome(error_outcome(code, outcome, message, hint, exc), getattr(exc, "target", None))
         return
     from gpuops.cli.errors_view import show_error
 

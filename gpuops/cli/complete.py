@@ -1,8 +1,10 @@
 """Shell completion through click's own protocol (bash, zsh, fish): `_GPUOPS_COMPLETE=bash_source gpuops`.
 
 -t completes the target names (and, where it is repeatable, the group names) of the inventory
-given with -i or in GPUOPS_INVENTORY; -i, -p and --junit complete as file paths. Completing reads
-the inventory file and nothing else: it never connects anywhere, and a bad file completes nothing.
+given with -i or in GPUOPS_INVENTORY; -i, -p and --junit complete as file paths. Completing those
+reads the inventory file and nothing else: it never connects anywhere, and a bad file completes
+nothing. `logs --run` completes run ids, which live on the target only: that one connects, for at
+most RUN_ID_BUDGET seconds, and completes nothing (and says nothing) when the target does not answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import click
 COMPLETE_VAR = "_GPUOPS_COMPLETE"  # click's name for it: _{PROG}_COMPLETE
 FILE_OPTIONS = ("inventory", "playbook", "junit")
 TARGET_OPTIONS = ("target", "targets")
+RUN_ID_BUDGET = 3.0  # seconds a completion may wait for the target's run ids: a prompt must not hang
+RUN_IDS = 50  # the newest run directories read
 
 
 class FileName(click.ParamType):
@@ -55,6 +59,58 @@ class TargetName(click.ParamType):
                       for name, members in inventory.groups.items()
                       if members and name.startswith(incomplete) and name not in inventory.targets]
         return items
+
+
+class RunId(click.ParamType):
+    """A run id (`gpuops runs` lists them), completed from the target's run directories."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return value
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        return complete_run_ids(ctx, incomplete)
+
+
+def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID_BUDGET) -> list[Any]:
+    """The run ids of the playbook's session on the target (the first -t, else the playbook's), newest first."""
+    import threading
+
+    from click.shell_completion import CompletionItem
+
+    found: list[dict[str, Any]] = []
+    worker = threading.Thread(target=_read_run_ids, args=(ctx, found), daemon=True)  # abandoned past the budget
+    worker.start()
+    worker.join(budget)
+    if worker.is_alive():
+        return []
+    return [CompletionItem(row["run"], help=f"{row.get('outcome')}, started {row.get('started') or '?'}")
+            for row in list(found) if str(row["run"]).startswith(incomplete)]
+
+
+def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
+    """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently."""
+    try:
+        from gpuops.cli.runpick import history
+        from gpuops.config import load_playbook, resolve_target
+        from gpuops.config.inventory import resolve_targets
+        from gpuops.transport import Pool
+
+        inventory = _inventory(ctx)
+        path = ctx.params.get("playbook") or os.environ.get("GPUOPS_PLAYBOOK")
+        playbook = load_playbook(os.path.expanduser(str(path)), need_env=False) if path else None
+        names = ctx.params.get("targets") or ()
+        target = resolve_targets(inventory, names)[0] if names else resolve_target(inventory, playbook, None)
+        pool = Pool(inventory, retry_time=0)
+        try:
+            rows = history(pool.target(target), label=target.name, timeout=RUN_ID_BUDGET, limit=RUN_IDS)
+        finally:
+            pool.close()
+        session = playbook.launch.session if playbook is not None else None
+        found.extend(r for r in rows if session is None or r.get("session") == session)
+    except Exception:  # noqa: BLE001 - a completion must never print into the prompt
+        return
 
 
 def _where(target: Any) -> str:
@@ -125,3 +181,5 @@ def install(group: click.Group) -> None:
                 param.type = FileName()
             elif param.name in TARGET_OPTIONS:
                 param.type = TargetName(groups=bool(getattr(param, "multiple", False)))
+            elif param.name == "run_id":
+                param.type = RunId()

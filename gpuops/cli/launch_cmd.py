@@ -1,61 +1,89 @@
-"""`gpuops launch`: confirm, run the flow, and say how to reattach after Ctrl-C."""
+"""`gpuops launch`: confirm, run the flow on each target, and say how to reattach after Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 from typing import Any
 
-from gpuops.cli.common import load_job, report_cost
-from gpuops.cli.drive import drive, interrupted_abort, renderer
+from gpuops.cli.common import load_jobs
+from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
+from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode
 from gpuops.flow.events import Outcome
 
 
-def run_launch(inventory: str | None, playbook: str | None, target: str | None, *, detach: bool, dry_run: bool,
-               yes: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
+def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
+               detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
+               report: Any = NO_REPORT) -> int:
     if dry_run:
-        return _dry_run(inventory, playbook, target, as_json)
-    job = load_job(inventory, playbook, target)
-    render = report.wrap(renderer(as_json, verbose), job)  # --junit records what is rendered
+        return _dry_run(inventory, playbook, targets, every, as_json)
+    jobs = load_jobs(inventory, playbook, targets, every)
     if not (yes or as_json) and sys.stdin.isatty() and sys.stderr.isatty():
         import click
 
+        job = jobs[0]
         gpus = ", ".join(map(str, job.run_gpus)) or "none"
-        if not click.confirm(f"Launch '{job.playbook.name}' on {job.target.name} (GPUs {gpus}, session '{job.session}')?",
+        where = ", ".join(j.target.name for j in jobs)
+        if not click.confirm(f"Launch '{job.playbook.name}' on {where} (GPUs {gpus}, session '{job.session}')?",
                              default=True, err=True):
             return ExitCode.OK
+    work = functools.partial(_launch_one, detach=detach, timeout=timeout, inventory=inventory, playbook=playbook)
+    return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), report, as_json=as_json,
+                       verbose=verbose)
+
+
+def _launch_one(job: Any, render: Any, *, detach: bool, timeout: float | None, inventory: str | None,
+                playbook: str | None) -> int:
+    """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
     from gpuops.flow.launch import launch
 
     state: dict[str, Any] = {}
     try:
         return drive(launch(job, detach=detach, timeout=timeout), render, job.target.name, state)
-    except KeyboardInterrupt:
-        return _interrupted(job, state, render, inventory, playbook)
+    except KeyboardInterrupt as exc:
+        return _interrupted(job, state, render, inventory, playbook, exc)
     finally:
-        report_cost(verbose, [job.transport])
         job.transport.close()
 
 
-def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None) -> int:
+def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+                 exc: BaseException) -> int:
+    code, name, cause = code_of(exc), outcome_of(exc), cause_of(exc)
     if state.get("aborting"):
-        outcome = interrupted_abort(job, state, inventory, playbook)
+        outcome = interrupted_abort(job, state, inventory, playbook, exc)
     elif state.get("started"):
         how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
-        msg = f"stopped following; run {state.get('run')} is still alive in tmux session '{job.session}'. Reattach with: {how}"
-        outcome = Outcome("interrupted", ExitCode.INTERRUPTED, msg, {"run": state.get("run"), "run_alive": True})
+        msg = (f"{cause}: stopped following; run {state.get('run')} is still alive in tmux session '{job.session}' "
+               f"(its watchdog guards it). Reattach with: {how}")
+        outcome = Outcome(name, code, msg, {"run": state.get("run"), "run_alive": True})
     else:
-        msg = "interrupted before the run started: the warmup was stopped, training was not started, the lock released"
-        outcome = Outcome("interrupted", ExitCode.INTERRUPTED, msg, {"run": state.get("run"), "run_alive": False})
+        msg = f"{cause} before the run started: the warmup was stopped, training was not started, the lock released"
+        outcome = Outcome(name, code, msg, {"run": state.get("run"), "run_alive": False})
     render.outcome(outcome, job.target.name)
-    return ExitCode.INTERRUPTED
+    return code
 
 
-def _dry_run(inventory: str | None, playbook: str | None, target: str | None, as_json: bool) -> int:
+def _dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
+    from gpuops.cli.render import JsonRenderer
+
+    jobs = load_jobs(inventory, playbook, targets, every, dry=True)
+    out = JsonRenderer(hold_summaries=len(jobs) > 1) if as_json else None
+    for i, job in enumerate(jobs):
+        if out is None and i:
+            print()
+        _dry_run_one(job, out)
+    if out is not None and out.held is not None:
+        out.release(lambda obj: 0)
+    return ExitCode.OK
+
+
+def _dry_run_one(job: Any, out: Any) -> None:
+    """Every command one target's launch would send; `out`: the JSON renderer with --json."""
     from gpuops.flow.launch import plan
 
-    job = load_job(inventory, playbook, target, dry=True)
     host = job.inventory.hosts[job.target.host]
     if host.transport == "local":
         where = "this machine (local), each command executed as argv without a login shell:"
@@ -65,21 +93,19 @@ def _dry_run(inventory: str | None, playbook: str | None, target: str | None, as
         jump = f" -J {host.jump}" if host.jump else ""
         where = f"ssh {user}{host.address or host.name}{port}{jump}, each line below sent as the remote command:"
     steps = plan(job)
-    if as_json:
+    if out is not None:
         import time
 
-        from gpuops.cli.render import JsonRenderer, iso
+        from gpuops.cli.render import iso
 
-        out = JsonRenderer()
         for name, text, stdin in steps:
             out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": job.target.name, "step": name,
                       "command": text, **({"stdin": stdin} if stdin is not None else {})})
         out.outcome(Outcome("dry-run", ExitCode.OK, "nothing was run", {}), job.target.name)
-        return ExitCode.OK
+        return
     print(f"# gpuops launch --dry-run: target {job.target.name} via {where}")
     for name, text, stdin in steps:
         print(f"\n# {name}")
         print(text)
         if stdin is not None:
             print(f"# stdin: {stdin}")
-    return ExitCode.OK

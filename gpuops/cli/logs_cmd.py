@@ -1,25 +1,24 @@
-"""`gpuops logs` and `gpuops stop`: find the current run from the target's run directory."""
+"""`gpuops logs` and `gpuops stop`: find the run from the target's run directory, on each target asked for."""
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
-from typing import Any
+from typing import Any, Iterator
 
-from gpuops.cli.common import load_job, report_cost
-from gpuops.cli.drive import drive, interrupted_abort, renderer
+from gpuops.cli.common import load_jobs
+from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
-from gpuops.errors import ExitCode, NoRun
+from gpuops.cli.runpick import check_run_id, pick, recorded_outcome
+from gpuops.cli.signals import cause_of, code_of, outcome_of
+from gpuops.errors import ExitCode, UsageError
 from gpuops.flow.events import Event, Outcome
 
 
 def current_run(job: Any) -> Any:
-    from gpuops.flow.outcome import session_state
-
-    state = session_state(job)
-    if state is None or state.run is None:
-        raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops", hint="start one with `gpuops launch`")
-    return state.run
+    """The session's current run (NoRun, exit 2, when it has none)."""
+    return pick(job, None).info
 
 
 def wait_started(job: Any, info: Any, deadline: float | None) -> Any:
@@ -33,16 +32,33 @@ def wait_started(job: Any, info: Any, deadline: float | None) -> Any:
     return info
 
 
-def run_logs(inventory: str | None, playbook: str | None, target: str | None, *, follow: bool, tail: int | None,
-             no_abort: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
+def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
+             run_id: str | None = None, follow: bool, tail: int | None, no_abort: bool, timeout: float | None,
+             as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
+    if run_id is not None:
+        check_run_id(run_id)
+    jobs = load_jobs(inventory, playbook, targets, every, need_env=False)
+    if run_id is not None and len(jobs) > 1:
+        raise UsageError(f"--run {run_id} is a run of one target: pass one -t (not {', '.join(j.target.name for j in jobs)})")
+    deadline = time.monotonic() + timeout if (timeout and follow) else None  # one budget for every target
+    work = functools.partial(_logs_one, run_id=run_id, follow=follow, tail=tail, no_abort=no_abort, deadline=deadline,
+                             inventory=inventory, playbook=playbook)
+    return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), report, as_json=as_json,
+                       verbose=verbose, ordered=not follow)
+
+
+def _logs_one(job: Any, render: Any, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
+              deadline: float | None, inventory: str | None, playbook: str | None) -> int:
+    """One target's log, printed or followed."""
     from gpuops.flow.watch import watch
 
-    job = load_job(inventory, playbook, target, need_env=False)
-    render = report.wrap(renderer(as_json, verbose), job)  # --junit records what is rendered
     state: dict[str, Any] = {"started": True}
+    tail_at = -1 if tail is None else tail
     try:
-        info = current_run(job)
-        deadline = time.monotonic() + timeout if (timeout and follow) else None
+        picked = pick(job, run_id)
+        if picked.row is not None:
+            return _earlier_run(job, render, picked.row, follow=follow, tail=tail_at, state=state)
+        info = picked.info
         if follow and info.state == "warming":
             render.event(Event("waiting_start", job.target.name, info.run_id, {"phase": info.meta.get("phase")}))
             info = wait_started(job, info, deadline)
@@ -52,31 +68,63 @@ def run_logs(inventory: str | None, playbook: str | None, target: str | None, *,
                 render.outcome(Outcome("not-started", code, f"run {info.run_id} never started: its launch ended in phase '{phase}'",
                                        {"run": info.run_id}), job.target.name)
                 return code
-        events = watch(job, info.run_id, tail=-1 if tail is None else tail, abort_on_match=follow and not no_abort,
-                       deadline=deadline, once=not follow)
+        events = watch(job, info.run_id, tail=tail_at, abort_on_match=follow and not no_abort, deadline=deadline,
+                       once=not follow)
         if follow:
             render.event(Event("following", job.target.name, info.run_id, {"state": info.state}))
         return drive(events, render, job.target.name, state)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if state.get("aborting"):
-            render.outcome(interrupted_abort(job, state, inventory, playbook), job.target.name)
-            return ExitCode.INTERRUPTED
-        how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
-        render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED,
-                               f"stopped following; the run is still alive in tmux session '{job.session}'. Reattach with: {how}",
-                               {"run": state.get("run"), "run_alive": True}), job.target.name)
-        return ExitCode.INTERRUPTED
+            outcome = interrupted_abort(job, state, inventory, playbook, exc)
+        else:
+            how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+            outcome = Outcome(outcome_of(exc), code_of(exc),
+                              f"{cause_of(exc)}: stopped following; the run is still alive in tmux session '{job.session}'. "
+                              f"Reattach with: {how}", {"run": state.get("run"), "run_alive": True})
+        render.outcome(outcome, job.target.name)
+        return outcome.exit_code
     finally:
-        report_cost(verbose, [job.transport])
         job.transport.close()
 
 
-def run_stop(inventory: str | None, playbook: str | None, target: str | None, *, as_json: bool, verbose: bool) -> int:
+def _earlier_run(job: Any, render: Any, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
+    """`--run ID` of a run that is over: its log; with --follow, then the code it ended with."""
+    from gpuops.flow.watch import watch
+
+    run_id = row["run"]
+    events = watch(job, run_id, tail=tail, abort_on_match=False, once=True)
+    if not follow:
+        return drive(events, render, job.target.name, state)
+    render.event(Event("following", job.target.name, run_id, {"state": row.get("outcome")}))
+    return drive(_ending_with(events, recorded_outcome(row)), render, job.target.name, state)
+
+
+def _ending_with(events: Iterator[Any], outcome: Outcome) -> Iterator[Any]:
+    """The log's events, then `outcome` in place of the print's own."""
+    try:
+        for item in events:
+            if isinstance(item, Outcome):
+                yield outcome
+                return
+            yield item
+    finally:
+        close = getattr(events, "close", None)
+        if close:
+            close()
+
+
+def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
+             as_json: bool, verbose: bool) -> int:
+    jobs = load_jobs(inventory, playbook, targets, every, need_env=False)
+    return each_target(jobs, _stop_one, renderer(as_json, verbose, multi=len(jobs) > 1), NO_REPORT, as_json=as_json,
+                       verbose=verbose)
+
+
+def _stop_one(job: Any, render: Any) -> int:
+    """Stop one target's run."""
     from gpuops.flow.launch import stop
 
-    job = load_job(inventory, playbook, target, need_env=False)
     try:
-        return drive(stop(job), renderer(as_json, verbose), job.target.name, {})
+        return drive(stop(job), render, job.target.name, {})
     finally:
-        report_cost(verbose, [job.transport])
         job.transport.close()

@@ -12,6 +12,8 @@ from gpuops.cli.common import (
 from gpuops.cli.params import Seconds
 
 all_option = click.option("--all", "every", is_flag=True, help="Every target of the inventory.")
+SEVERAL = ("Several targets (-t repeated, a group, --all) run at once, each line tagged with its target; the exit "
+           "code is the worst of theirs.")
 junit_option = click.option("--junit", metavar="PATH", help="Also write a JUnit XML report to PATH for CI test pages "
                             "(testcases: preflight, each warmup GPU, training).")
 
@@ -22,14 +24,16 @@ def main() -> None:
     """Run GPU training jobs in Proxmox LXC containers over SSH, and stop them the moment they go wrong.
 
     Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
-    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C.
+    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C,
+    143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 3 > 2 > 124.
     """
 
 
-@main.command()
+@main.command(epilog=SEVERAL)
 @inventory_option
 @playbook_option
-@target_option()
+@target_option(multiple=True)
+@all_option
 @click.option("--detach", is_flag=True, help="Return once the run is started (exit 0).")
 @click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
@@ -38,16 +42,21 @@ def main() -> None:
 @json_option
 @verbose_option
 @boundary
-def launch(inventory, playbook, target, detach, dry_run, yes, timeout, junit, as_json, verbose) -> int:
+def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, junit, as_json, verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
     from gpuops.cli.junit import Report
     from gpuops.cli.launch_cmd import run_launch
 
     if junit and dry_run:
         raise click.UsageError("--junit does not apply to --dry-run (nothing runs)")
-    with Report(junit, "launch", target) as report:
-        return run_launch(inventory, playbook, target, detach=detach, dry_run=dry_run, yes=yes, timeout=timeout,
-                          as_json=as_json, verbose=verbose, report=report)
+    with Report(junit, "launch", _one(targets)) as report:
+        return run_launch(inventory, playbook, targets, every=every, detach=detach, dry_run=dry_run, yes=yes,
+                          timeout=timeout, as_json=as_json, verbose=verbose, report=report)
+
+
+def _one(targets: tuple[str, ...]) -> str | None:
+    """The report's default target name: the one given, if one was."""
+    return targets[0] if len(targets) == 1 else None
 
 
 @main.command()
@@ -85,10 +94,13 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
     return run_runs(inventory, playbook, targets, every=every, limit=limit, as_json=as_json)
 
 
-@main.command()
+@main.command(epilog=SEVERAL)
 @inventory_option
 @playbook_option
-@target_option()
+@target_option(multiple=True)
+@all_option
+@click.option("--run", "run_id", metavar="ID", help="That run of the playbook's session (an id from `gpuops runs`), "
+              "not the current one.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log live and apply the watch rules.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
 @click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
@@ -97,30 +109,31 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 @json_option
 @verbose_option
 @boundary
-def logs(inventory, playbook, target, follow, tail, no_abort, timeout, junit, as_json, verbose) -> int:
+def logs(inventory, playbook, targets, every, run_id, follow, tail, no_abort, timeout, junit, as_json, verbose) -> int:
     """Print the current run's log as it is; --follow streams it and watches it."""
     from gpuops.cli.junit import Report
     from gpuops.cli.logs_cmd import run_logs
 
     if junit and not follow:
         raise click.UsageError("--junit needs --follow (the report is of a run being watched)")
-    with Report(junit, "logs", target) as report:
-        return run_logs(inventory, playbook, target, follow=follow, tail=tail, no_abort=no_abort, timeout=timeout,
-                        as_json=as_json, verbose=verbose, report=report)
+    with Report(junit, "logs", _one(targets)) as report:
+        return run_logs(inventory, playbook, targets, every=every, run_id=run_id, follow=follow, tail=tail,
+                        no_abort=no_abort, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
 
 
-@main.command()
+@main.command(epilog=SEVERAL)
 @inventory_option
 @playbook_option
-@target_option()
+@target_option(multiple=True)
+@all_option
 @json_option
 @verbose_option
 @boundary
-def stop(inventory, playbook, target, as_json, verbose) -> int:
+def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
     """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
     from gpuops.cli.logs_cmd import run_stop
 
-    return run_stop(inventory, playbook, target, as_json=as_json, verbose=verbose)
+    return run_stop(inventory, playbook, targets, every=every, as_json=as_json, verbose=verbose)
 
 
 @main.command()

@@ -1,0 +1,92 @@
+"""Which run `gpuops logs` shows: the session's current run, or with `--run ID` one of its earlier runs.
+
+Run ids live on the target (its run directories, as `gpuops runs` lists them), so an id is checked
+there: one the session never had is exit 2, naming the runs it has.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.errors import ExitCode, GpuopsError, NoRun, UsageError
+from gpuops.flow.events import Outcome
+
+HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
+NAMED = 10  # runs named when an id is unknown
+
+
+@dataclass
+class Picked:
+    """The current run (`info`, as the probe read it), or an earlier one (`row`, its history record)."""
+
+    info: Any = None
+    row: dict[str, Any] | None = None
+
+
+def check_run_id(run_id: str) -> str:
+    """Refuse what cannot be a run id before connecting (ids name folders on the target)."""
+    from gpuops.target.protocol import check_run_id as check
+
+    try:
+        return check(run_id)
+    except ValueError:
+        raise UsageError(f"--run {run_id!r}: not a run id (they look like 20261129-101500-3fa9c2; "
+                         "`gpuops runs` lists them)") from None
+
+
+def history(transport: Any, *, label: str, timeout: float, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """The target's runs, newest first, as `gpuops runs` reads them."""
+    from gpuops.flow import tools
+    from gpuops.remote import run_tool
+
+    result = run_tool(transport, tools.runs(limit), timeout=timeout, label=label)
+    if result.exit_code != 0:
+        raise GpuopsError(f"{label}: could not read the run history (exit {result.exit_code}): {result.err.strip()[-300:]}")
+    rows = []
+    for line in result.out.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("run"):
+            rows.append(row)
+    return rows
+
+
+def pick(job: Any, run_id: str | None) -> Picked:
+    """The run to show: the current one, or run_id (its own session's); NoRun (exit 2) when there is none."""
+    from gpuops.flow.outcome import session_state
+
+    state = session_state(job)
+    current = state.run if state is not None else None
+    if run_id is None or (current is not None and current.run_id == run_id):
+        if current is None:
+            raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops",
+                        hint="start one with `gpuops launch`")
+        return Picked(info=current)
+    rows = [r for r in history(job.transport, label=job.target.name, timeout=job.timeout) if r.get("session") == job.session]
+    for row in rows:
+        if row["run"] == run_id:
+            return Picked(row=row)
+    known = ", ".join(r["run"] for r in rows[:NAMED]) + (f" and {len(rows) - NAMED} more" if len(rows) > NAMED else "")
+    said = f"its runs, newest first: {known}" if rows else "it has no runs there"
+    raise NoRun(f"{job.target.name}: session '{job.session}' has no run {run_id}; {said}",
+                hint=f"`gpuops runs -t {job.target.name}` lists every run of the target")
+
+
+def recorded_outcome(row: dict[str, Any]) -> Outcome:
+    """An earlier run's end as its records say (it is not the session's current run, so it is over)."""
+    run, rule, by = row["run"], row.get("rule"), row.get("by")
+    code = row.get("exit_code")
+    name = str(row.get("outcome") or "lost")
+    if code is None:  # neither an exit code nor an abort record, and the session has moved on: lost
+        name, code = "lost", ExitCode.TRAINING_FAILED
+    words = f"run {run} ended earlier: {name} (exit {code})"
+    if rule:
+        words += f"; rule '{rule}'"
+    if by:
+        words += f"; stopped by {by}"
+    data = {"run": run, "rule": rule, "by": by, "command_exit_code": row.get("command_exit_code")}
+    return Outcome(name, int(code), words, {k: v for k, v in data.items() if v is not None})
