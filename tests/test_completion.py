@@ -70,9 +70,9 @@ def test_target_completes_targets_and_groups_from_the_inventory_option(shell: st
     assert got == [("plain", n) for n in ("ct200", "ct201", "cpu1", "all", "h200", "gpu_nodes", "spare")]
     prefix = values(shell, complete(shell, f"gpuops status --inventory {ansible_inv} --target c"))
     assert prefix == [("plain", "ct200"), ("plain", "ct201"), ("plain", "cpu1")]
-    # launch acts on one target: groups are not offered there.
-    single = values(shell, complete(shell, f"gpuops launch -i {ansible_inv} -t "))
-    assert single == [("plain", "ct200"), ("plain", "ct201"), ("plain", "cpu1")]
+    # launch takes several targets too (-t repeated, a group): groups are offered there as well.
+    several = values(shell, complete(shell, f"gpuops launch -i {ansible_inv} -t "))
+    assert several == got
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
