@@ -276,6 +276,28 @@ def test_nvidia_smi_errors(fake_proxmox: FakeProxmox) -> None:
     assert (unknown.returncode, unknown.stdout) == (2, "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h' for help.\n")
     combo = smi(fake_proxmox, 200, "--query-gpu=index")
     assert (combo.returncode, combo.stdout) == (2, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+    # Read off the real tool (tests/data/real_h200/nvidia-smi-loop.txt):
+    two = smi(fake_proxmox, 200, "--query-gpu=index", "--query-compute-apps=pid", "--format=csv")
+    assert (two.returncode, two.stdout) == (2, "Only one --query-* switch can be used at a time.\n")
+    zero = smi(fake_proxmox, 200, "--query-gpu=index", "--format=csv,noheader", "-lms", "0")
+    assert (zero.returncode, zero.stdout) == (
+        2, "Provided [-l(ms) | --loop(-ms)=] value is incorrect. Loop frequency must be greater than 0.\n\n")
+
+
+def test_nvidia_smi_loop_mode_prints_every_interval_until_stopped(fake_proxmox: FakeProxmox) -> None:
+    import subprocess as sp
+
+    from bench import BIN_DIR
+
+    env = {**fake_proxmox.env(200), "PATH": f"{BIN_DIR}:/usr/bin:/bin"}
+    proc = sp.Popen([str(BIN_DIR / "nvidia-smi"), "--query-gpu=index,memory.used,utilization.gpu",
+                     "--format=csv,noheader,nounits", "-i", "5,6", "-lms", "100"], stdout=sp.PIPE, text=True, env=env)
+    try:
+        lines = [proc.stdout.readline() for _ in range(6)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lines == ["5, 0, 0\n", "6, 0, 0\n"] * 3
     assert smi(fake_proxmox, 200, "--query-gpu=index", "--format=csv", "-i", "9").returncode == 6
     fake_proxmox.gpus(200).unload_driver()
     none = smi(fake_proxmox, 200, "--query-gpu=index", "--format=csv")
