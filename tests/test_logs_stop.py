@@ -342,3 +342,19 @@ def test_logs_follow_on_a_launch_whose_warmup_fails_exits_5(ct: Ct) -> None:
     assert attached.code == 5, attached
     assert "never started" in attached.err, attached
     assert not ct.session_alive() and ct.gpu_memory() == {g: 0 for g in GPUS}
+
+
+def test_a_host_key_unknown_after_a_reconnect_fails_at_once_with_3(ct: Ct) -> None:
+    # The follower reconnects after a drop; a host key it does not know then is no transient error
+    # to retry for 900 s (it was told apart by the substring "HOST KEY"), but exit 3 at once.
+    start_detached(ct, trainer("steps", "--steps", "100000"))
+    follow = ct.start("logs", "--follow")
+    follow.wait_for(lambda: "step 3/" in follow.out, "the log to stream")
+    Path(ct.sshd.known_hosts).write_text("")  # the key is forgotten (strict policy: unknown keys are refused)
+    assert ct.sshd.kill_connections() >= 1
+    started = time.monotonic()
+    result = follow.finish(timeout=120)
+    assert result.code == 3, result
+    assert "unknown host key" in result.err, result
+    assert time.monotonic() - started < 60
+    assert ct.session_alive()  # the run is its watchdog's to guard: a client's lost link stops nothing
