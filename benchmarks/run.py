@@ -1,9 +1,13 @@
 """Every gpuops benchmark on the real-sshd bench, each beside its baseline measured in the same run.
 
-    python3 benchmarks/run.py                 # all of them (a few minutes)
-    python3 benchmarks/run.py startup status  # some of them
+    python3 benchmarks/run.py                 # all of them (about 7 minutes on 2 cores)
+    python3 benchmarks/run.py startup status  # some of them: startup status abort follow scan
+                                              #   wd-abort wd-cpu wd-kill guard telemetry
     python3 benchmarks/run.py --scan-mb 1024 --abort-runs 20
     python3 benchmarks/run.py --venv          # gpuops from a clean venv, installed as users install it
+
+The watchdog's rows are in bench_watchdog.py (abort with nobody attached, SIGKILLed around the
+race), bench_wdcost.py (CPU and memory at 20 MB/s, telemetry) and bench_guard.py (the regex budget).
 
 Prints one table: median, p95, max, the baseline's median, the ratio and the target.
 Benchmarks print figures; they do not pass or fail (the 'met' column is information).
@@ -21,63 +25,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
-
+from benchkit import GPUOPS, ROOT, Row, pct, servers as _servers, stop as _stop, timed
+from bench_guard import bench_guard
+from bench_wdcost import bench_telemetry, bench_wd_cpu
+from bench_watchdog import bench_wd_abort, bench_wd_kill
 from bench import FakeProxmox, SshServer  # noqa: E402
 from bench.inventory import write_inventory  # noqa: E402
 
 PY = sys.executable
-BIN = Path(PY).parent / "gpuops"
-GPUOPS = [str(BIN)] if BIN.exists() else [PY, "-m", "gpuops"]
 VENV = ROOT / "benchmarks" / "out" / "venv"
 
 
 def use_clean_venv() -> None:
     """Measure gpuops as `pip install .` leaves it in a fresh venv: no editable-install finder,
     no .pth files of this machine's site-packages (here they add ~30 ms to every start)."""
-    global PY, GPUOPS
+    global PY
     if not (VENV / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(ROOT)],
                    check=True, capture_output=True)
     subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", str(ROOT)], check=True, capture_output=True)
     PY = str(VENV / "bin" / "python")
-    GPUOPS = [str(VENV / "bin" / "gpuops")]
+    GPUOPS[:] = [str(VENV / "bin" / "gpuops")]
+
+
 FX_SAMPLE = ROOT / "tests" / "data" / "logs" / "fx_race_thread.txt"
-
-
-@dataclass
-class Row:
-    name: str
-    values: list[float]
-    unit: str = "s"
-    baseline_name: str = ""
-    baseline: list[float] | None = None
-    target: str = ""
-    met: bool | None = None
-    note: str = ""
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def timed(argv: list[str], runs: int, *, env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        r = subprocess.run(argv, capture_output=True, env=env)
-        out.append(time.perf_counter() - t0)
-        if r.returncode not in ok:
-            raise RuntimeError(f"{argv[:4]} exited {r.returncode}: {r.stderr.decode()[-500:]}")
-    return out
 
 
 # -- start-up -----------------------------------------------------------------------------
@@ -98,24 +73,6 @@ def bench_startup(args: argparse.Namespace) -> list[Row]:
 
 
 # -- status cost -------------------------------------------------------------------------
-
-
-def _servers(n: int, cts: tuple[int, ...]) -> list[tuple[SshServer, FakeProxmox]]:
-    out = []
-    for _ in range(n):
-        s = SshServer()
-        s.start()
-        fake = FakeProxmox(s.fake_root)
-        for ct in cts:
-            fake.add_container(ct)
-        out.append((s, fake))
-    return out
-
-
-def _stop(servers: list[tuple[SshServer, FakeProxmox]]) -> None:
-    for s, fake in servers:
-        s.stop()
-        fake.cleanup()
 
 
 def _multi_inventory(path: Path, servers: list[tuple[SshServer, FakeProxmox]], cts: tuple[int, ...]) -> None:
@@ -229,7 +186,7 @@ def bench_abort(args: argparse.Namespace) -> list[Row]:
         cmd = (f"sleep 0.5; python3 -c 'import time; print(repr(time.time()))' > \"$GPUOPS_RUN_DIR/fx_at\"; "
                f"cat {FX_SAMPLE}; exec sleep 600")
         _playbook(tmp / "pb.yaml", cmd)
-        lat, base = [], []
+        lat, base, by = [], [], []
         conns_launch = ""
         for i in range(args.abort_runs):
             before = s.connection_count()
@@ -237,16 +194,20 @@ def bench_abort(args: argparse.Namespace) -> list[Row]:
                                capture_output=True, text=True, timeout=120)
             events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
             run = events[-1].get("run")
-            aborted = next(e for e in events if e["event"] == "aborted")
+            aborted = next((e for e in events if e["event"] == "aborted"), None)
+            if aborted is None:
+                raise RuntimeError(f"launch exited {r.returncode} without an abort: {r.stdout[-600:]} {r.stderr[-600:]}")
             fx_at = float((Path(fake.home(200)) / ".gpuops" / "runs" / run / "fx_at").read_text())
             lat.append(aborted["session_gone_at"] - fx_at)
+            by.append(str(aborted.get("by")))
             if i == 0:
                 conns_launch = f"{r.stderr.strip().splitlines()[-1]}; sshd saw {s.connection_count() - before} connection(s)"
             base.append(_naive_abort(s, fake, tmp))
         med = statistics.median(lat)
         return [Row(f"abort latency: FX traceback -> session gone ({len(lat)} runs)", lat,
                     baseline_name="ssh 'tail -F | grep -m1' then ssh 'tmux kill-session'", baseline=base,
-                    target="median <= 0.3 s, max <= 1 s", met=med <= 0.3 and max(lat) <= 1.0, note=f"launch: {conns_launch}")]
+                    target="median <= 0.3 s, max <= 1 s", met=med <= 0.3 and max(lat) <= 1.0,
+                    note=f"launch: {conns_launch}; abort.json by: {({w: by.count(w) for w in sorted(set(by))})}")]
     finally:
         _stop([(s, fake)])
 
@@ -356,11 +317,23 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "abort": bench_abort,
     "follow": bench_follow,
     "scan": bench_scan,
+    "wd-abort": bench_wd_abort,
+    "wd-cpu": bench_wd_cpu,
+    "wd-kill": bench_wd_kill,
+    "guard": bench_guard,
+    "telemetry": bench_telemetry,
 }
 
 
 def fmt(v: float, unit: str) -> str:
-    return f"{v * 1000:.0f} ms" if unit == "s" else f"{v:.0f} {unit}"
+    """A figure in its unit: seconds as ms, shares as percent of one core."""
+    if unit == "s":
+        return f"{v * 1000:.0f} ms"
+    if unit == "%":
+        return f"{v:.2g}%" if v < 1 else f"{v:.1f}%"
+    if unit == "count":
+        return f"{v:.0f}"
+    return f"{v:.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
 
 
 def print_table(rows: list[Row]) -> None:
@@ -392,6 +365,12 @@ def main() -> int:
     ap.add_argument("--abort-runs", type=int, default=20)
     ap.add_argument("--follow-seconds", type=float, default=5.0)
     ap.add_argument("--scan-mb", type=int, default=1024)
+    ap.add_argument("--kill-runs", type=int, default=10, help="wd-kill: runs, each with its watchdog SIGKILLed once")
+    ap.add_argument("--wd-mb", type=int, default=1000, help="wd-cpu: MB of log written at 20 MB/s")
+    ap.add_argument("--guard-mb", type=int, default=256, help="guard: MiB of the scanned log")
+    ap.add_argument("--idle-seconds", type=float, default=60.0, help="telemetry: seconds the idle run is measured")
+    ap.add_argument("--days", type=int, default=3, help="telemetry: simulated days of samples")
+    ap.add_argument("--seed", type=int, default=1, help="wd-kill: seed of the random race moments")
     ap.add_argument("--venv", action="store_true", help="run gpuops from a clean venv (benchmarks/out/venv), as users install it")
     args = ap.parse_args()
     os.environ.pop("TMUX", None)
