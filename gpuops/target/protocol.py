@@ -33,8 +33,12 @@ EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON objec
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"
+WATCHDOG_LOCK = "watchdog.lock"  # flock'ed by the one watchdog of the run
+CACHE_SNAPSHOT = "cache-snapshot.txt"  # the inductor cache's files when training started
 STARTED = "started"  # written once training's tmux session exists: from then on a missing session means it ended
 PROFILE = "profile.json"  # the run's steady figures, written when it ends
+SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
+SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
 
 #: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
 HEARTBEAT_STALE = 10.0

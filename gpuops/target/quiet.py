@@ -14,6 +14,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
+from . import protocol as p
 from .detectors import Detectors, Finding
 from .profile import baseline_from_config, find_baseline, keep_profile
 from .smi import SmiError, parse_sample, sample_argv
@@ -24,7 +25,6 @@ from .telemetry import CacheWatcher, Figures, TelemetryLog, inductor_cache_dir, 
 CACHE_EVERY = 5
 #: Seconds before a sampler that died is started again.
 RESTART_AFTER = 30.0
-SNAPSHOT = "cache-snapshot.txt"  # the cache's files when training started (a restarted watchdog keeps them)
 
 
 class Sampler:
@@ -125,7 +125,7 @@ class Quiet:
             return None
         env = {**os.environ, **(self.cfg.get("env") or {})}
         watcher = CacheWatcher(section.get("cache_dir") or inductor_cache_dir(env))
-        path = os.path.join(self.d, SNAPSHOT)
+        path = os.path.join(self.d, p.CACHE_SNAPSHOT)  # a restarted watchdog keeps the snapshot
         try:
             with open(path, encoding="utf-8") as fh:
                 watcher.restore(fh.read().splitlines())  # the snapshot a restarted watchdog resumes

@@ -16,13 +16,7 @@ __all__ = [
     "command_exit_code", "outcome", "read_json", "read_text", "write_json_atomic",
 ]
 
-LOG = "log"
-EXIT_CODE = "exit_code"  # the command's exit status once it ended
-META = "meta.json"
-ABORT = "abort.json"
-SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
-SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
-PROFILE = "profile.json"  # the run's steady figures, written when it ends
+from .protocol import ABORT, EXIT_CODE, LOG, META, PROFILE, SAMPLES, SAMPLES_COARSE  # the names' one home
 
 # gpuops exit codes (gpuops.errors.ExitCode, which the target cannot import)
 _OK, _FAILED, _ABORTED, _STALLED, _TIMEOUT = 0, 6, 7, 8, 124

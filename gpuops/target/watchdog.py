@@ -356,7 +356,7 @@ class Watchdog:
 def main(argv: list) -> int:
     (run_id,) = argv
     d = p.run_dir(run_id)
-    lock = open(os.path.join(d, "watchdog.lock"), "a")
+    lock = open(os.path.join(d, p.WATCHDOG_LOCK), "a")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one watchdog per run: a second waits for the first to end
     cfg = read_json(os.path.join(d, p.WATCH))
     if cfg is None:
