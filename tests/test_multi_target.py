@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,10 @@ def fleet(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterato
     inventory = write_inventory(tmp_path / "inventory.yaml", sshd, extra_hosts=extra_hosts, extra_targets=extra_targets)
     fleet = Fleet(fake_proxmox, inventory, tmp_path / "playbook.yaml", tmp_path)
     fleet.write(TRAIN)
-    yield fleet
+    try:
+        yield fleet
+    finally:
+        shutil.rmtree(down.fake_root, ignore_errors=True)
 
 
 def summaries(result: Cli) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ class Fanout:
 
     def __init__(self, jobs: list[Any], render_for: Callable[[Any], Any], base: Any, report: Any, *,
                  as_json: bool, ordered: bool = False) -> None:
-        self.jobs, self.render_for, self.base, self.report = jobs, render_for, base, report
+        self.jobs, self.base, self.report = jobs, base, report
         self.as_json, self.ordered = as_json, ordered
         self.renders = {job.target.name: render_for(job) for job in jobs}
         self.workers: list[_Worker] = []
@@ -116,13 +116,14 @@ class Fanout:
     def run(self, work: Work) -> int:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # a forked copy of unwritten output would be written twice
+        me = os.getpid()
         for job in self.jobs:
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:
                 for fd in [read_end] + [w.fd for w in self.workers]:
                     os.close(fd)
-                _worker_main(job, work, write_end, os.getppid())
+                _worker_main(job, work, write_end, me)
             os.close(write_end)
             self.workers.append(_Worker(job, pid, read_end))
         try:
