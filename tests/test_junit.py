@@ -308,3 +308,18 @@ def test_detach_skips_training_and_logs_follow_reports_the_run(ct: CtCli, tmp_pa
     said = summary(attached)
     assert (failure.get("type"), failure.get("message")) == (said["outcome"], said["message"])
     assert "rule: fx-tracing-race" in (failure.text or "") and FX_LINE in (failure.text or "")
+
+
+def test_sigterm_before_the_command_got_going_reports_terminated_not_interrupted(tmp_path: Path) -> None:
+    # A CI cancel can land while files still load: the report must say what the exit code says (143).
+    from gpuops.cli.junit import Report
+    from gpuops.cli.signals import Terminated
+
+    path = tmp_path / "report.xml"
+    with pytest.raises(Terminated):
+        with Report(str(path), "launch", "ct200"):
+            raise Terminated()
+    suite = ET.parse(path).getroot().find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert (props["outcome"], props["exit_code"]) == ("terminated", "143")
+    assert any(e.get("message") == "terminated by SIGTERM" for e in suite.iter("error"))
