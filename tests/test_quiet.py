@@ -177,3 +177,17 @@ def test_status_shows_each_gpus_memory_over_the_last_minutes_and_throughput_agai
     gpu = next(g for g in obj["gpus"] if g["index"] == GPUS[0])
     assert gpu["memory_shape"] == "volatile" and min(gpu["memory_history_mib"]) < 1200 < 4000 < max(gpu["memory_history_mib"])
     assert ct.gpuops("stop").code == 0
+
+
+def test_recompiles_true_gives_the_run_torch_logs_and_its_recompile_lines_count_as_compile_after_warmup(ct: Ct) -> None:
+    line = ("V1201 10:25:09.832000 434 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling function "
+            "flex_attention in /usr/lib/python3/torch/nn/attention/flex_attention.py:1468")
+    job = (f'echo "TORCH_LOGS=$TORCH_LOGS"; sleep 3; echo {shlex.quote(line)}; ' + perf(seconds=4))
+    playbook(ct, job, compile_after_warmup={"settle": 1}, gpu_memory=False, recompiles=True,
+             throughput={"pattern": r"tok/s (\d+)"})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    logs = [e["line"] for e in result.events() if e["event"] == "log"]
+    assert "TORCH_LOGS=recompiles" in logs
+    (match,) = [e for e in result.events() if e["event"] == "match" and e["rule"] == "compile-after-warmup"]
+    assert match["figures"]["recompiles"] == 1 and match["figures"]["functions"] == ["flex_attention"]
