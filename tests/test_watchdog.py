@@ -248,3 +248,27 @@ def test_status_says_whether_the_watchdog_is_alive_and_who_stopped_the_run(ct: C
     assert result.code == 7, result
     assert ct.abort_record()["by"] == "client"
     assert "stopped by a following client" in ct.gpuops("status").text
+
+
+def test_a_killed_watchdog_leaves_no_gpu_sampler_behind(ct: Ct) -> None:
+    # The watchdog samples through one nvidia-smi loop; SIGKILLed, it must not leave that loop running.
+    # A 30 s interval: the loop would only notice its reader is gone (SIGPIPE) at its next write.
+    import yaml
+
+    pb = ct.playbook(trainer("steps", "--steps", "100000"))
+    data = yaml.safe_load(pb.read_text())
+    data["watch"].update(sample_interval=30, gpu_memory=False, compile_after_warmup=False)
+    pb.write_text(yaml.safe_dump(data))
+    assert ct.gpuops("launch", "--detach").code == 0
+    pid = wait_watching(ct.run_dir())
+
+    def samplers() -> list[int]:
+        mine = str(ct.fake.gpu_dir(200)).encode()  # this bench's container, not another test's
+        return [p for p in procs.find(lambda env: env.get(b"GPUOPS_FAKE_GPUS") == mine)
+                if b"-lms" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+    (sampler,) = wait_until(samplers, timeout=30, message="the watchdog's nvidia-smi loop")
+    kill_watchdog(ct.run_dir())
+    wait_until(lambda: not procs.is_alive(sampler), timeout=10, message="the dead watchdog's nvidia-smi loop to end")
+    assert wait_watching(ct.run_dir()) != pid
+    assert ct.gpuops("stop").code == 0

@@ -27,6 +27,18 @@ CACHE_EVERY = 5
 RESTART_AFTER = 30.0
 
 
+def die_with_parent() -> None:
+    """In the sampler's child: the kernel ends it when the watchdog dies, even by SIGKILL (else every
+    restart would leave an nvidia-smi loop behind)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the watchdog's own exit stops it
+        pass
+
+
 class Sampler:
     """`nvidia-smi --query-gpu=index,memory.used,utilization.gpu ... -lms N` read without blocking."""
 
@@ -41,7 +53,8 @@ class Sampler:
     def start(self, now: float) -> None:
         argv = sample_argv(self.gpus) + ["-lms", str(max(100, int(self.interval * 1000)))]
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         preexec_fn=die_with_parent)
         except OSError as exc:
             self.problem, self.down_since = "nvidia-smi cannot run: %s" % (exc.strerror or exc), now
             return
