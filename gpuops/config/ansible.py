@@ -325,6 +325,10 @@ def _depths(tree: Tree) -> dict[str, int]:
         state[name] = 2
 
     visit("all", ["all"])
+    for name in tree.groups:  # not below all: only a loop of groups that are each other's children
+        if name not in depth:
+            depth[name] = 1
+            visit(name, [name])
     return depth
 
 
