@@ -272,3 +272,26 @@ def test_a_killed_watchdog_leaves_no_gpu_sampler_behind(ct: Ct) -> None:
     wait_until(lambda: not procs.is_alive(sampler), timeout=10, message="the dead watchdog's nvidia-smi loop to end")
     assert wait_watching(ct.run_dir()) != pid
     assert ct.gpuops("stop").code == 0
+
+
+def test_a_watchdog_killed_in_its_own_aborts_grace_is_finished_by_the_next_without_a_second_signal(ct: Ct) -> None:
+    # A trainer that catches Ctrl-C (to save a checkpoint) counts each one; the watchdog dies in the grace.
+    count, go, script = ct.tmp / "sigints", ct.tmp / "go", ct.tmp / "trainer.sh"
+    script.write_text(f"trap 'echo INT >>\"$COUNT\"' INT\n"
+                      f'while [ ! -e "$GO" ]; do echo step; sleep 0.1; done\n'
+                      "echo boom-now\nwhile true; do echo saving; sleep 0.1; done\n")
+    job = f"COUNT={shlex.quote(str(count))} GO={shlex.quote(str(go))} bash {shlex.quote(str(script))}"
+    rules = [{"name": "boom", "pattern": "boom-now", "action": "abort"}]
+    detached(ct, job, rules=rules, grace=6)
+    wait_watching(ct.run_dir())
+    go.touch()
+    wait_until(lambda: (ct.run_dir() / "abort-signalled").exists(), timeout=30, message="the watchdog to send its Ctrl-C")
+    first = heartbeat(ct.run_dir())["pid"]
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: (ct.run_dir() / "abort-done.json").exists(), timeout=60, message="the next watchdog to finish the abort")
+    assert not ct.session_alive()
+    assert count.read_text().splitlines() == ["INT"]  # one Ctrl-C, however many watchdogs
+    evs = events(ct.run_dir())
+    assert [e["event"] for e in evs].count("abort_start") == 1
+    assert any(e["event"] == "abort_completed" for e in evs)
+    assert ct.abort_record()["rule"] == "boom"

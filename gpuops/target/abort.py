@@ -89,12 +89,19 @@ def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     ab = cfg.get("abort") or {}
     grace = float(ab.get("grace", 30.0))
     if tmux.alive(session):
-        name = ab.get("signal", "INT")
-        if name == "INT":
-            tmux.interrupt(session)
-        else:
-            tmux.signal_foreground(session, getattr(signal, "SIG" + name))
-        deadline = time.monotonic() + grace
+        # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
+        # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
+        sent_at = _signalled(d)
+        if sent_at is None:
+            name = ab.get("signal", "INT")
+            if name == "INT":
+                tmux.interrupt(session)
+            else:
+                tmux.signal_foreground(session, getattr(signal, "SIG" + name))
+            sent_at = time.time()
+            with open(os.path.join(d, p.ABORT_SIGNALLED), "w") as fh:
+                fh.write("%.3f\n" % sent_at)
+        deadline = time.monotonic() + max(0.0, sent_at + grace - time.time())
         while time.monotonic() < deadline and tmux.alive(session):
             time.sleep(POLL)
         tmux.kill(session)
@@ -105,6 +112,15 @@ def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     write_json_atomic(os.path.join(d, p.ABORT_DONE), result)
     return result
+
+
+def _signalled(d: str) -> Optional[float]:
+    """When this run's abort signal was sent, if it was."""
+    try:
+        with open(os.path.join(d, p.ABORT_SIGNALLED)) as fh:
+            return float(fh.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def wait_done(d: str, timeout: float) -> Optional[Dict[str, Any]]:

@@ -28,6 +28,7 @@ COMMAND = "command"  # the training command, as the playbook writes it
 WORKDIR = "workdir"  # where warmup and training run, as run.sh resolves it
 WATCH = "watch.json"  # the rules, stall timeout, detectors and abort settings the run was launched with
 ABORT = "abort.json"  # why the run was stopped and by whom; created once (the claim), never replaced
+ABORT_SIGNALLED = "abort-signalled"  # when the abort's signal went to the run: it is never sent twice
 ABORT_DONE = "abort-done.json"  # the abort sequence finished: survivors, GPUs, seconds
 EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON object a line
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
