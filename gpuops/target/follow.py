@@ -167,6 +167,7 @@ class Follower:
         if subprocess.call(["tmux", "has-session", "-t", "=" + self.session],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
             return None
+        code = self.exit_code()  # again: run.sh writes it just before its session ends
         if not aborting:
             return b"exit " + code if code is not None else b"gone -"
         # Stopped, session gone: the aborter is reaping and draining. Wait for its record, within reason.
