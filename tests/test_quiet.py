@@ -191,3 +191,12 @@ def test_recompiles_true_gives_the_run_torch_logs_and_its_recompile_lines_count_
     assert "TORCH_LOGS=recompiles" in logs
     (match,) = [e for e in result.events() if e["event"] == "match" and e["rule"] == "compile-after-warmup"]
     assert match["figures"]["recompiles"] == 1 and match["figures"]["functions"] == ["flex_attention"]
+
+
+def test_the_samples_count_the_compute_processes_on_each_gpu(ct: Ct) -> None:
+    playbook(ct, perf(seconds=6), gpu_memory=False)
+    result = ct.gpuops("launch")
+    assert result.code == 0, result
+    samples = [yaml.safe_load(line) for line in (ct.run_dir() / "samples.jsonl").read_text().splitlines()]
+    counted = [s["p"] for s in samples if "p" in s]
+    assert counted and all(c == {str(g): 1 for g in GPUS} for c in counted[1:]), counted  # the trainer, on each GPU

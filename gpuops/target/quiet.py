@@ -39,6 +39,45 @@ def die_with_parent() -> None:
         pass
 
 
+class ProcessCounter:
+    """The compute processes on each GPU of the run, counted every few samples: nvidia-smi answers one
+    query per call, so this is a second, one-shot call (`--query-compute-apps`), not waited on."""
+
+    def __init__(self, gpus: List[int]) -> None:
+        self.gpus = gpus
+        self.uuids: Dict[str, int] = {}
+        self.proc: Optional[subprocess.Popen] = None
+        self.counts: Optional[Dict[int, int]] = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        query = "--query-gpu=index,uuid" if not self.uuids else "--query-compute-apps=gpu_uuid,pid"
+        try:
+            self.proc = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        except OSError:
+            self.proc = None
+
+    def poll(self) -> Optional[Dict[int, int]]:
+        """Counts per GPU once a query finished (None while none did)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        out = self.proc.stdout.read().decode("utf-8", "replace") if self.proc.returncode == 0 else ""
+        self.proc = None
+        rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
+        if not self.uuids:
+            self.uuids = {r[1]: int(r[0]) for r in rows if len(r) == 2 and r[0].isdigit()}
+            return None
+        counts = {g: 0 for g in self.gpus}
+        for row in rows:
+            gpu = self.uuids.get(row[0])
+            if gpu in counts:
+                counts[gpu] += 1
+        self.counts = counts
+        return counts
+
+
 class Sampler:
     """`nvidia-smi --query-gpu=index,memory.used,utilization.gpu ... -lms N` read without blocking."""
 
@@ -125,6 +164,8 @@ class Quiet:
         self.baseline = baseline_from_config(detector_config(cfg), last, self.gpus)
         self.detectors = Detectors(detector_config(cfg), self.baseline, started)
         self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
+        self.processes = ProcessCounter(self.gpus) if self.gpus else None
+        self.samples = 0
         self.said_problem: Optional[str] = None
         self.cache = self._cache_watcher()
         self.cache_every = CACHE_EVERY * self.interval
@@ -165,10 +206,17 @@ class Quiet:
     def tick(self, now: float) -> List[Finding]:
         """Read what arrived, judge; the findings that begin now."""
         if self.sampler is not None:
+            self.processes.poll()
             for sample in self.sampler.poll(now):
-                self.telemetry.append(now, sample, throughput=self.figures.take())
+                self.samples += 1
+                if self.samples % CACHE_EVERY == 1:
+                    self.processes.start()
+                procs, self.processes.counts = self.processes.counts, None
+                self.telemetry.append(now, sample, procs=procs, throughput=self.figures.take())
                 self.detectors.sample(now, sample)
                 self.last["gpus"] = {str(g): list(v) for g, v in sample.items()}
+                if procs is not None:
+                    self.last["processes"] = {str(g): n for g, n in procs.items()}
         if self.cache is not None and now >= self.next_cache:
             self.next_cache = now + self.cache_every
             new, examples = self.cache.new_files()
