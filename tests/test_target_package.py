@@ -120,3 +120,18 @@ def test_no_program_is_written_inside_a_string() -> None:
         text = path.read_text()
         assert not re.search(r"python3?['\"]?,\s*['\"]-c['\"]", text), path
         assert 'REMOTE_FOLLOWER' not in text, path
+
+
+@pytest.mark.parametrize("name", ["d\n", "a b\n\n", "-x", "~x", " lead", "tab\t"])
+def test_run_sh_enters_a_workdir_named_exactly_as_written(tmp_path: Path, name: str) -> None:
+    """A name ending in newlines is its own directory: $( ) would strip them and cd elsewhere (found by hypothesis)."""
+    home, run = tmp_path / "home", tmp_path / "run"
+    (home / name).mkdir(parents=True)
+    (home / name.rstrip("\n")).mkdir(exist_ok=True)  # the wrong directory, there to be entered by mistake
+    run.mkdir()
+    (run / "workdir").write_bytes(name.encode())
+    script = f'. {TARGET / "sh" / "common.sh"}; D="$1"; enter_workdir || exit 9; pwd; printf x'
+    done = subprocess.run(["bash", "-c", script, "bash", str(run)], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout[:-len("\nx")] == str(home / name)

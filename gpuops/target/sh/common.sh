@@ -18,7 +18,9 @@ stopped_check() {
 # relative path from the home as written, an absolute path). Fails with bash's own words on stderr.
 enter_workdir() {
   local wd
-  wd=$(cat "$D/workdir" 2>/dev/null)
+  # The x keeps trailing newlines, which $( ) would strip: the name is used exactly as written.
+  wd=$(cat "$D/workdir" 2>/dev/null; printf x)
+  wd=${wd%x}
   cd "$HOME" || return 1
   # shellcheck disable=SC2088 # "~/"* is the literal text of the file, matched as a pattern
   case "$wd" in
