@@ -45,6 +45,12 @@ def bastion() -> Iterator[SshServer]:
 
 
 @pytest.fixture
+def hop_b() -> Iterator[SshServer]:
+    """A second jump host, for ProxyJump chains of two hops."""
+    yield from _server()
+
+
+@pytest.fixture
 def fake_proxmox(sshd: SshServer) -> FakeProxmox:
     """The sshd's fake Proxmox host, with CT 200 (running, 8 GPUs) already created."""
     fake = FakeProxmox(sshd.fake_root)

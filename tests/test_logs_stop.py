@@ -19,22 +19,12 @@ from gpuops.config import load_inventory
 from gpuops.follow import Data, Ended, LogFollower
 from gpuops.ship import install
 from gpuops.transport import Pool
-from test_watch import FX_LINE, GPUS, SESSION, Ct, excerpt_lines, make_ct, trainer
+from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, make_ct, trainer
 
 
 @pytest.fixture
 def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
     return make_ct(sshd, fake_proxmox, tmp_path)
-
-
-def start_detached(ct: Ct, command: str, **options: object) -> str:
-    """`launch --detach` a run of `command`; return its run id once the run is started."""
-    ct.playbook(command, **options)
-    result = ct.gpuops("launch", "--detach")
-    assert result.code == 0, result
-    run_id = ct.run_id()
-    assert f"run {run_id} started in tmux session '{SESSION}'" in result.err, result
-    return run_id
 
 
 def numbers(lines: list[str]) -> list[int]:
@@ -44,7 +34,7 @@ def numbers(lines: list[str]) -> list[int]:
 
 # -- logs --follow from another process ----------------------------------------------------------
 def test_detached_run_is_aborted_by_logs_follow_from_another_process(ct: Ct) -> None:
-    start_detached(ct, trainer("fx-thread"))
+    ct.launch_detached(trainer("fx-thread"))
     assert ct.session_alive()
     result = ct.gpuops("logs", "--follow")
     assert result.code == 7, result
@@ -56,7 +46,7 @@ def test_detached_run_is_aborted_by_logs_follow_from_another_process(ct: Ct) -> 
 
 
 def test_logs_follow_json_gives_match_events_and_a_summary(ct: Ct) -> None:
-    start_detached(ct, trainer("fx-caught"))
+    ct.launch_detached(trainer("fx-caught"))
     result = ct.gpuops("logs", "--follow", "--json")
     assert result.code == 7, result
     events = result.events()
@@ -77,7 +67,7 @@ def test_logs_follow_json_gives_match_events_and_a_summary(ct: Ct) -> None:
 def test_logs_follow_no_abort_reports_the_match_and_leaves_the_run_alive(ct: Ct) -> None:
     # --no-abort is about this client: with the run's watchdog gone, it reports and never stops the run.
     go = ct.tmp / "go"
-    start_detached(ct, trainer("fx-caught", "--slow-interval", "0.2", "--go", shlex.quote(str(go))))
+    ct.launch_detached(trainer("fx-caught", "--slow-interval", "0.2", "--go", shlex.quote(str(go))))
     remove_watchdog(ct.run_dir())
     follow = ct.start("logs", "--follow", "--no-abort", "--json")
     follow.wait_for(lambda: '"event": "watchdog_stale"' in follow.out, "the client to watch the run itself")
@@ -101,7 +91,7 @@ def test_logs_follow_no_abort_reports_the_match_and_leaves_the_run_alive(ct: Ct)
 
 def test_logs_follow_no_abort_reports_a_stall_and_leaves_the_run_alive(ct: Ct) -> None:
     go = ct.tmp / "go"
-    start_detached(ct, trainer("hang", "--steps", "2", "--go", shlex.quote(str(go))), stall=2)
+    ct.launch_detached(trainer("hang", "--steps", "2", "--go", shlex.quote(str(go))), stall=2)
     remove_watchdog(ct.run_dir())
     follow = ct.start("logs", "--follow", "--no-abort", "--json")
     follow.wait_for(lambda: '"event": "watchdog_stale"' in follow.out, "the client to watch the run itself")
@@ -121,7 +111,7 @@ def test_logs_follow_no_abort_reports_a_stall_and_leaves_the_run_alive(ct: Ct) -
 
 
 def test_logs_follow_timeout_stops_the_run_and_exits_124(ct: Ct) -> None:
-    start_detached(ct, trainer("steps", "--steps", "100000"))
+    ct.launch_detached(trainer("steps", "--steps", "100000"))
     result = ct.gpuops("logs", "--follow", "--timeout", "3")
     assert result.code == 124, result
     assert "--timeout ran out" in result.err
@@ -130,7 +120,7 @@ def test_logs_follow_timeout_stops_the_run_and_exits_124(ct: Ct) -> None:
 
 
 def test_ctrl_c_while_following_exits_130_and_says_how_to_reattach(ct: Ct) -> None:
-    start_detached(ct, trainer("steps", "--steps", "100000"))
+    ct.launch_detached(trainer("steps", "--steps", "100000"))
     follow = ct.start("logs", "--follow")
     follow.wait_for(lambda: "step 3/" in follow.out, "the log to stream")
     follow.signal()
@@ -150,14 +140,14 @@ def test_ctrl_c_while_following_exits_130_and_says_how_to_reattach(ct: Ct) -> No
 
 # -- logs --follow on a run that already ended ----------------------------------------------------
 def test_logs_follow_on_an_ended_run_prints_the_rest_and_exits_with_its_code(ct: Ct) -> None:
-    start_detached(ct, trainer("exit", "--steps", "3", "--code", "3"))
+    ct.launch_detached(trainer("exit", "--steps", "3", "--code", "3"))
     wait_until(lambda: (ct.run_dir() / "exit_code").exists(), timeout=60, message="the run to end")
     result = ct.gpuops("logs", "--follow")
     assert result.code == 6, result
     assert result.out == ct.log() and result.out.count(b"\n") == 3
     assert "training exited with code 3" in result.err
 
-    start_detached(ct, trainer("steps", "--steps", "2"))
+    ct.launch_detached(trainer("steps", "--steps", "2"))
     wait_until(lambda: (ct.run_dir() / "exit_code").exists(), timeout=60, message="the second run to end")
     result = ct.gpuops("logs", "--follow", "--tail", "1")
     assert (result.code, result.out) == (0, b"step 2/2 loss 2.9842 lr 3e-4\n"), result
@@ -178,7 +168,7 @@ RAW = b"step 1\rstep 2\r\x1b[31mred\x1b[0m\n\xff\xfe not utf-8\n\ttab\nno newlin
 
 def test_logs_prints_the_log_bytes_exactly(ct: Ct) -> None:
     printf = "".join(chr(b) if 0x20 <= b < 0x7F and b not in b"\\%'" else f"\\{b:03o}" for b in RAW)
-    start_detached(ct, f"printf '{printf}'; sleep 600")
+    ct.launch_detached(f"printf '{printf}'; sleep 600")
     wait_until(lambda: ct.log() == RAW, timeout=60, message="the bytes in the log")
     result = ct.gpuops("logs")
     assert (result.code, result.out) == (0, RAW), result
@@ -187,7 +177,7 @@ def test_logs_prints_the_log_bytes_exactly(ct: Ct) -> None:
 
 
 def test_logs_tail_prints_the_last_lines(ct: Ct) -> None:
-    start_detached(ct, "fake-train --mode numbered --count 50 --width 8; sleep 600")
+    ct.launch_detached("fake-train --mode numbered --count 50 --width 8; sleep 600")
     wait_until(lambda: ct.log().count(b"\n") == 50, timeout=60, message="50 lines in the log")
     result = ct.gpuops("logs", "--tail", "3")
     assert result.code == 0, result
@@ -205,7 +195,7 @@ def test_logs_without_any_run_says_so(ct: Ct) -> None:
 
 # -- stop ----------------------------------------------------------------------------------------
 def test_stop_ends_the_run_and_a_second_stop_finds_none(ct: Ct) -> None:
-    run_id = start_detached(ct, trainer("steps", "--steps", "100000"))
+    run_id = ct.launch_detached(trainer("steps", "--steps", "100000"))
     ct.wait_training()
     result = ct.gpuops("stop")
     assert result.code == 0, result
@@ -225,7 +215,7 @@ def test_stop_with_no_run_ever_started_exits_0(ct: Ct) -> None:
 
 
 def test_stop_kills_workers_that_left_the_session(ct: Ct) -> None:
-    start_detached(ct, trainer("spawn-orphan", "--steps", "100000"))
+    ct.launch_detached(trainer("spawn-orphan", "--steps", "100000"))
     orphans = wait_until(lambda: [p for p in ct.run_processes() if _sid(p) == p], timeout=60, message="the orphan worker")
     ct.wait_training()
     result = ct.gpuops("stop", "--json")
@@ -288,7 +278,7 @@ def test_logs_follow_survives_dropped_connections_and_still_aborts(ct: Ct) -> No
     count = 4000
     # The FX traceback comes once the test has seen the reconnect (the `go` file): no race with the drop.
     gate = 'until [ -e "$GPUOPS_RUN_DIR/go" ]; do sleep 0.1; done'
-    start_detached(ct, f"fake-train --mode numbered --count {count} --rate 400 --width 16 && {gate} && {trainer('fx-caught', '--steps', '1')}")
+    ct.launch_detached(f"fake-train --mode numbered --count {count} --rate 400 --width 16 && {gate} && {trainer('fx-caught', '--steps', '1')}")
     follow = ct.start("logs", "--follow", "--json")
     follow.wait_for(lambda: '"line": "line 000300 ' in follow.out, "300 lines to stream", timeout=90)
     assert ct.sshd.kill_connections() >= 1
@@ -347,7 +337,7 @@ def test_logs_follow_on_a_launch_whose_warmup_fails_exits_5(ct: Ct) -> None:
 def test_a_host_key_unknown_after_a_reconnect_fails_at_once_with_3(ct: Ct) -> None:
     # The follower reconnects after a drop; a host key it does not know then is no transient error
     # to retry for 900 s (it was told apart by the substring "HOST KEY"), but exit 3 at once.
-    start_detached(ct, trainer("steps", "--steps", "100000"))
+    ct.launch_detached(trainer("steps", "--steps", "100000"))
     follow = ct.start("logs", "--follow")
     follow.wait_for(lambda: "step 3/" in follow.out, "the log to stream")
     Path(ct.sshd.known_hosts).write_text("")  # the key is forgotten (strict policy: unknown keys are refused)

@@ -1,6 +1,6 @@
 """A ProxyJump list in ~/.ssh/config (`a,b`, also `user@a:port,b`) is followed hop by hop, in order.
 
-Three real sshd: hop a (the `bastion` fixture), hop b (started here) and the target. Each hop's
+Three real sshd: hop a (the `bastion` fixture), hop b (the `hop_b` fixture) and the target. Each hop's
 authorized_keys lets the shared client key open a tunnel to the next hop's port only (OpenSSH's
 `permitopen`), so a chain in any other order, or one that skips a hop, is refused by sshd itself.
 The real OpenSSH client goes through the same config first: both must take the same path.
@@ -8,9 +8,7 @@ The real OpenSSH client goes through the same config first: both must take the s
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +16,6 @@ import yaml
 
 from bench import FakeProxmox, SshServer
 from bench.cli import gpuops_text
-
-
-@pytest.fixture
-def hop_b() -> Iterator[SshServer]:
-    server = SshServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.fake_root, ignore_errors=True)
 
 
 def only_to(hop: SshServer, nxt: SshServer, key: Path) -> None:

@@ -88,6 +88,16 @@ class Ct:
             argv.append("--yes")
         return Running(*argv[3:])  # bench.cli.Running adds `python -m gpuops` itself
 
+    def launch_detached(self, command: str, **options: Any) -> str:
+        """`launch --detach` a run of `command`; return its run id once the run is started and watched."""
+        self.playbook(command, **options)
+        result = self.gpuops("launch", "--detach")
+        assert result.code == 0, result
+        run_id = self.run_id()
+        assert f"run {run_id} started in tmux session '{SESSION}'" in result.err, result
+        assert "its watchdog stops it" in result.err, result
+        return run_id
+
     # -- what is on the target ---------------------------------------------------------------
     def run_id(self) -> str:
         return (self.fake.home(self.vmid) / ".gpuops" / "sessions" / SESSION).read_text().strip()

@@ -20,20 +20,12 @@ import pytest
 
 from bench import FakeProxmox, SshServer, procs, wait_until
 from bench.watchdog import events, heartbeat, kill_watchdog, pids, wait_watching
-from test_watch import FX_LINE, GPUS, SESSION, Ct, make_ct, trainer
+from test_watch import FX_LINE, SESSION, Ct, make_ct, trainer
 
 
 @pytest.fixture
 def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
     return make_ct(sshd, fake_proxmox, tmp_path)
-
-
-def detached(ct: Ct, command: str, **options: object) -> str:
-    ct.playbook(command, **options)
-    result = ct.gpuops("launch", "--detach")
-    assert result.code == 0, result
-    assert "its watchdog stops it" in result.err, result
-    return ct.run_id()
 
 
 def run_stopped(ct: Ct) -> bool:
@@ -48,7 +40,7 @@ def go_file(ct: Ct) -> tuple[Path, str]:
 
 def test_a_detached_run_that_hits_the_fx_race_is_stopped_with_nobody_attached(ct: Ct) -> None:
     go, opt = go_file(ct)
-    run_id = detached(ct, trainer("fx-thread", opt))
+    run_id = ct.launch_detached(trainer("fx-thread", opt))
     wait_watching(ct.run_dir())
     ct.wait_training()
     go.touch()  # the race happens now; no gpuops client is connected
@@ -90,7 +82,7 @@ def test_a_killed_watchdog_comes_back_resumes_and_reports_each_match_once(ct: Ct
     # A warn rule that matches every step line: resumed from its checkpoint, the watchdog re-reads
     # some lines, and must not report them twice.
     rules = [{"name": "every-step", "pattern": r"^step \d+/", "action": "warn"}]
-    detached(ct, trainer("fx-thread", opt, "--interval", "0.02"), rules=rules)
+    ct.launch_detached(trainer("fx-thread", opt, "--interval", "0.02"), rules=rules)
     first = wait_watching(ct.run_dir())
     killed = kill_watchdog(ct.run_dir())
     assert killed == first
@@ -112,7 +104,7 @@ def test_a_killed_watchdog_comes_back_resumes_and_reports_each_match_once(ct: Ct
 
 
 def test_torch_2_11_eager_fallback_thread_race_aborts_and_the_unfused_warning_is_reported(ct: Ct) -> None:
-    detached(ct, trainer("sample", "--sample", "fx_patcher_race", "--then", "run", "--slow-interval", "0.2"))
+    ct.launch_detached(trainer("sample", "--sample", "fx_patcher_race", "--then", "run", "--slow-interval", "0.2"))
     wait_until(lambda: run_stopped(ct), timeout=30, message="the watchdog to stop the run")
     evs = events(ct.run_dir())
     assert [(e["rule"], e["action"]) for e in evs if e["event"] == "match"] == [
@@ -199,7 +191,7 @@ def test_a_run_folder_that_cannot_be_made_fails_the_launch_with_exit_4(ct: Ct) -
 
 def test_stop_and_the_watchdog_racing_signal_the_run_once(ct: Ct) -> None:
     go, opt = go_file(ct)
-    detached(ct, trainer("ignore-int", opt), grace=3)  # SIGINT ignored: only the kill after the grace ends it
+    ct.launch_detached(trainer("ignore-int", opt), grace=3)  # SIGINT ignored: only the kill after the grace ends it
     wait_watching(ct.run_dir())
     ct.wait_training()
     stopper = ct.start("stop")
@@ -217,7 +209,7 @@ def test_stop_and_the_watchdog_racing_signal_the_run_once(ct: Ct) -> None:
 
 
 def test_the_watchdog_carries_no_run_marker_and_ends_with_the_run(ct: Ct) -> None:
-    run_id = detached(ct, trainer("steps", "--steps", "30"))
+    run_id = ct.launch_detached(trainer("steps", "--steps", "30"))
     pid = wait_watching(ct.run_dir())
     assert b"GPUOPS_RUN_ID" not in Path(f"/proc/{pid}/environ").read_bytes()
     assert pid not in ct.run_processes()
@@ -232,7 +224,7 @@ def test_status_says_whether_the_watchdog_is_alive_and_who_stopped_the_run(ct: C
     from bench.watchdog import remove_watchdog
 
     go, opt = go_file(ct)
-    detached(ct, trainer("fx-thread", opt))
+    ct.launch_detached(trainer("fx-thread", opt))
     wait_watching(ct.run_dir())
     text = ct.gpuops("status").text
     assert re.search(r"run \S+ running; log grew \d+s ago; watchdog alive \(heartbeat \d+\.\d+s ago\)", text), text
@@ -277,12 +269,12 @@ def test_a_killed_watchdog_leaves_no_gpu_sampler_behind(ct: Ct) -> None:
 def test_a_watchdog_killed_in_its_own_aborts_grace_is_finished_by_the_next_without_a_second_signal(ct: Ct) -> None:
     # A trainer that catches Ctrl-C (to save a checkpoint) counts each one; the watchdog dies in the grace.
     count, go, script = ct.tmp / "sigints", ct.tmp / "go", ct.tmp / "trainer.sh"
-    script.write_text(f"trap 'echo INT >>\"$COUNT\"' INT\n"
-                      f'while [ ! -e "$GO" ]; do echo step; sleep 0.1; done\n'
+    script.write_text("trap 'echo INT >>\"$COUNT\"' INT\n"
+                      'while [ ! -e "$GO" ]; do echo step; sleep 0.1; done\n'
                       "echo boom-now\nwhile true; do echo saving; sleep 0.1; done\n")
     job = f"COUNT={shlex.quote(str(count))} GO={shlex.quote(str(go))} bash {shlex.quote(str(script))}"
     rules = [{"name": "boom", "pattern": "boom-now", "action": "abort"}]
-    detached(ct, job, rules=rules, grace=6)
+    ct.launch_detached(job, rules=rules, grace=6)
     wait_watching(ct.run_dir())
     go.touch()
     wait_until(lambda: (ct.run_dir() / "abort-signalled").exists(), timeout=30, message="the watchdog to send its Ctrl-C")
