@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from gpuops.gpus import Gpu, SmiError, parse_gpus
 from gpuops.runs import RunInfo
-from gpuops.target import protocol as p
 from gpuops.target.protocol import MARK
 
 # The probe itself is the shipped shell tool gpuops/target/sh/probe.sh (gpuops.flow.tools.probe).

@@ -149,7 +149,6 @@ def test_a_10mb_line_streams_through(run_dir: Path) -> None:
 
 
 def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir: Path) -> None:
-    import signal
     import subprocess
 
     from gpuops.follow import Reconnecting

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench import FakeProxmox, SshServer, wait_until
-from bench.watchdog import remove_watchdog, wait_watching
+from bench.watchdog import remove_watchdog
 import yaml
 
 from test_launch import Lab, base_playbook, gpuops, lab, merged  # noqa: F401 (lab: the fixture)
-from test_watch import FX_LINE, SESSION, Ct, make_ct, trainer
+from test_watch import SESSION, Ct, make_ct, trainer
 
 CATASTROPHIC = r"(a+)+$"
 FX_SAMPLE = Path(__file__).parent / "data" / "logs" / "fx_race_thread.txt"

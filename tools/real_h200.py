@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from bench import BIN_DIR, FakeProxmox, SshServer, wait_until, write_inventory  # noqa: E402
+from bench import FakeProxmox, SshServer, wait_until, write_inventory  # noqa: E402
 
 PY = sys.executable
 CT = 200

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from gpuops.config import schema as s
 from gpuops.config.model import Host, Inventory, Target
-from gpuops.config.yamlpos import Node, load
+from gpuops.config.yamlpos import Node
 from gpuops.errors import ConfigError, Mark, UsageError
 
 if TYPE_CHECKING:
