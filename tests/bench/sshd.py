@@ -281,7 +281,9 @@ class SshServer:
             if self._proc.poll() is not None:
                 self._proc = None
                 return False
-            if self._banner():
+            probe = self._banner()
+            if probe is not None:
+                self._quiet_after(probe, deadline)
                 return True
             time.sleep(0.05)
         self._proc.kill()
@@ -289,13 +291,28 @@ class SshServer:
         self._proc = None
         return False
 
-    def _banner(self) -> bool:
+    def _banner(self) -> int | None:
+        """The local port of a connection that got sshd's banner, or None."""
         try:
             with socket.create_connection((self.host, self.port), timeout=2) as s:
                 s.settimeout(5)
-                return s.recv(64).startswith(b"SSH-")
+                return s.getsockname()[1] if s.recv(64).startswith(b"SSH-") else None
         except OSError:
-            return False
+            return None
+
+    def _quiet_after(self, probe: int, deadline: float) -> None:
+        """Wait for sshd to log the banner probe's close, so a test that snapshots the log sees no late write.
+
+        sshd's child for the probe logs `Connection closed by 127.0.0.1 port N` (older releases: `Did not
+        receive identification string from ... port N`) some time after the close; on a loaded machine,
+        after the test has started. Without the line by the deadline, start goes on: the log is then
+        merely not settled, which only a snapshot of it would notice.
+        """
+        needle = f"{self.host} port {probe}"
+        while time.monotonic() < deadline:
+            if needle in self.log.read_text(errors="replace"):
+                return
+            time.sleep(0.02)
 
     def _write_known_hosts(self) -> None:
         if not self.known_hosts.exists():
