@@ -131,6 +131,18 @@ def test_the_same_locked_key_works_once_the_agent_holds_it(
     assert sshd.connection_count() == 1
 
 
+def through_alias(tmp_path: Path, sshd: SshServer, env: dict[str, str], config: Path
+                  ) -> subprocess.CompletedProcess[str]:
+    """Log in as `pve-alias` through `config` with real OpenSSH (it must work), then run `gpuops status` the same way."""
+    ssh = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={sshd.known_hosts}",
+                          "pve-alias", "echo ok"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert ssh.stdout == "ok\n", ssh.stderr
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {"pve1": {"address": "pve-alias", "known_hosts": str(sshd.known_hosts)}},
+                                   "targets": {"ct200": {"host": "pve1", "ctid": 200}}}))
+    return gpuops("status", "-i", str(inv), env=env)
+
+
 def test_a_missing_identity_file_in_ssh_config_is_skipped_as_openssh_skips_it(
     tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox
 ) -> None:
@@ -138,13 +150,7 @@ def test_a_missing_identity_file_in_ssh_config_is_skipped_as_openssh_skips_it(
     config = Path(env["HOME"]) / ".ssh" / "config"
     config.write_text(f"Host pve-alias\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
                       f"  IdentityFile {tmp_path}/gone\n  IdentityFile {sshd.client_key}\n")
-    ssh = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={sshd.known_hosts}",
-                          "pve-alias", "echo ok"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert ssh.stdout == "ok\n", ssh.stderr  # OpenSSH logs in with the second key
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": {"pve1": {"address": "pve-alias", "known_hosts": str(sshd.known_hosts)}},
-                                   "targets": {"ct200": {"host": "pve1", "ctid": 200}}}))
-    result = gpuops("status", "-i", str(inv), env=env)
+    result = through_alias(tmp_path, sshd, env, config)  # OpenSSH logs in with the second key
     assert result.returncode == 0, result
     assert sshd.connection_count() == 2
 
@@ -156,13 +162,7 @@ def test_a_non_utf8_comment_in_ssh_config_is_read_as_openssh_reads_it(
     config = Path(env["HOME"]) / ".ssh" / "config"
     config.write_bytes(b"# the lab in M\xfcnchen\n" + f"Host pve-alias\n  HostName {sshd.host}\n  Port {sshd.port}\n"
                        f"  User {sshd.user}\n  IdentityFile {sshd.client_key}\n".encode())
-    ssh = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={sshd.known_hosts}",
-                          "pve-alias", "echo ok"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert ssh.stdout == "ok\n", ssh.stderr
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": {"pve1": {"address": "pve-alias", "known_hosts": str(sshd.known_hosts)}},
-                                   "targets": {"ct200": {"host": "pve1", "ctid": 200}}}))
-    result = gpuops("status", "-i", str(inv), env=env)
+    result = through_alias(tmp_path, sshd, env, config)
     assert result.returncode == 0, result
     assert "ct200: reachable via pve1, container 200 running" in result.stdout
 
