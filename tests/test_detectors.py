@@ -10,9 +10,9 @@ import random
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-from gpuops.target.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
-from gpuops.target.profile import find_baseline, keep_profile
-from gpuops.target.telemetry import Figures, TelemetryLog
+from gpuops.agent.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
+from gpuops.agent.profile import find_baseline, keep_profile
+from gpuops.agent.telemetry import Figures, TelemetryLog
 
 T0 = 1796120709.83
 COMPILED, EAGER, SLOWER = 505695.0, 98364.0, 470000.0

@@ -103,7 +103,7 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
     for gpu in (5, 6, 7):
         warm = found[f"warmup GPU {gpu}"]
         assert warm.endswith(f" gpuops <run-id> {gpu} 'python /root/warmup_drafter.py --device cuda:{gpu}'")
-        assert 'exec bash "$L/gpuops_target/sh/warmup.sh" "$@"' in warm
+        assert 'exec bash "$L/gpuops_agent/sh/warmup.sh" "$@"' in warm
         query = f"nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader,nounits -i {gpu}"
         assert found[drains[gpu]] == f"pct exec 200 -- bash -c '{query}'"
     spec = json.loads(stdins(result.stdout)["create the run directory"])
@@ -248,7 +248,7 @@ def test_printed_commands_run_as_printed_through_both_shell_layers(
 ) -> None:
     """Send the printed commands (and their printed stdin) with the real ssh client: the host's login
     shell, then bash -c in the CT. A hostile env value and command arrive as they were written."""
-    from gpuops.ship import bundle
+    from gpuops.client.ship import bundle
 
     sshd, fake, inv = lab
     canary = tmp_path / "canary"

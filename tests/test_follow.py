@@ -1,4 +1,4 @@
-"""The byte-offset follower against a real file through the real target follower (gpuops/target/follow.py,
+"""The byte-offset follower against a real file through the real target follower (gpuops/agent/follower.py,
 shipped to the target's ~/.gpuops/lib as a launch ships it; local transport)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.follow import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent, _Frames
-from gpuops.ship import install
+from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent, _Frames
+from gpuops.client.ship import install
 from gpuops.transport.local import LocalTransport
 
 RUN = "20261129-000000-abcdef"
@@ -151,7 +151,7 @@ def test_a_10mb_line_streams_through(run_dir: Path) -> None:
 def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir: Path) -> None:
     import subprocess
 
-    from gpuops.follow import Reconnecting
+    from gpuops.client.stream import Reconnecting
 
     (run_dir / "log").write_bytes(b"step 1\n")
     lines = [b'{"event":"match","rule":"loss-nan","offset":0}\n', b'{"event":"stall","seconds":9}\n']
@@ -163,7 +163,7 @@ def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir
             seen.append(ev.record["event"])
             if len(seen) == 1:
                 # The follower on the target dies (a dropped link): the next one resumes at the offsets.
-                subprocess.run(["pkill", "-KILL", "-f", f"gpuops_target follow {RUN}"], check=True)
+                subprocess.run(["pkill", "-KILL", "-f", f"gpuops_agent follow {RUN}"], check=True)
                 with open(run_dir / "events.jsonl", "ab") as fh:
                     fh.write(lines[1])
                 (run_dir / "exit_code").write_text("0\n")

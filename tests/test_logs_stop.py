@@ -16,8 +16,8 @@ import yaml
 from bench import BIN_DIR, FakeProxmox, SshServer, procs, wait_until
 from bench.watchdog import remove_watchdog
 from gpuops.config import load_inventory
-from gpuops.follow import Data, Ended, LogFollower
-from gpuops.ship import install
+from gpuops.client.stream import Data, Ended, LogFollower
+from gpuops.client.ship import install
 from gpuops.transport import Pool
 from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, make_ct, trainer
 

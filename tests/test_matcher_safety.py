@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.target.masking import Masker
-from gpuops.target.signatures import Matcher, builtin_rules, metric_rule, regex_rule
-from gpuops.target.signatures.guard import Guard
+from gpuops.agent.masking import Masker
+from gpuops.agent.signatures import Matcher, builtin_rules, metric_rule, regex_rule
+from gpuops.agent.signatures.budget import Guard
 
 REAL = Path(__file__).parent / "data" / "real_h200"
 LOGS = Path(__file__).parent / "data" / "logs"

@@ -1,4 +1,4 @@
-"""The one-round-trip probe (gpuops/target/sh/probe.sh): run by real bash over a real run directory,
+"""The one-round-trip probe (gpuops/agent/sh/probe.sh): run by real bash over a real run directory,
 parsed back into values."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpuops.probe import parse_probe
+from gpuops.client.probe import parse_probe
 
-PROBE = Path(__file__).resolve().parent.parent / "gpuops" / "target" / "sh" / "probe.sh"
+PROBE = Path(__file__).resolve().parent.parent / "gpuops" / "agent" / "sh" / "probe.sh"
 
 
 def _run_probe(home: Path, sessions: tuple[str, ...] | None, path: str = "/usr/bin:/bin") -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.gpus import check_idle, parse_gpus
-from gpuops.signatures import Matcher, builtin_rules
+from gpuops.client.gpus import check_idle, parse_gpus
+from gpuops.agent.signatures.matcher import Matcher, builtin_rules
 
 REAL = Path(__file__).parent / "data" / "real_h200"
 

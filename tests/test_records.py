@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.runs import RunInfo
-from gpuops.target.records import command_exit_code, outcome, read_json, write_json_atomic
+from gpuops.client.runs import RunInfo
+from gpuops.agent.records import command_exit_code, outcome, read_json, write_json_atomic
 
 CASES = [
     # exit_code file text, abort.json, session alive -> outcome

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import gpus
-from gpuops.target import smi
-from gpuops.target.smi import SmiError, parse_gpus, parse_sample, sample_argv
+from gpuops.client import gpus
+from gpuops.agent import smi
+from gpuops.agent.smi import SmiError, parse_gpus, parse_sample, sample_argv
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "nvidia-smi.txt"
 

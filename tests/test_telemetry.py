@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.target.records import SAMPLES, SAMPLES_COARSE
-from gpuops.target.telemetry import (CacheWatcher, Figures, TelemetryLog, figure, inductor_cache_dir, parse_lines,
+from gpuops.agent.records import SAMPLES, SAMPLES_COARSE
+from gpuops.agent.telemetry import (CacheWatcher, Figures, TelemetryLog, figure, inductor_cache_dir, parse_lines,
                                      read_samples)
 
 T0 = 1796120709.83  # 2026-12-01 10:25:09.83 UTC, when REFERENCE.md measured the quiet failures

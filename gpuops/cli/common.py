@@ -36,7 +36,7 @@ def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...
     transport of its own, so that one target's dead link or reconnect never touches another's."""
     from gpuops.config import load_inventory, load_playbook, resolve_target
     from gpuops.config.inventory import resolve_targets
-    from gpuops.flow.job import Job
+    from gpuops.client.job import Job
     from gpuops.transport import Pool, dry_transport
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
@@ -125,7 +125,7 @@ def internal_error(exc: BaseException) -> tuple[str, str]:
 
 def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: Any) -> Any:
     """An error as the Outcome its JSON summary shows: the message, the hint, and what was measured."""
-    from gpuops.flow.events import Outcome
+    from gpuops.client.events import Outcome
 
     data: dict[str, Any] = {"error": message}
     if getattr(exc, "run", None):

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from gpuops.errors import GpuopsError
-from gpuops.flow.events import Event, Outcome
+from gpuops.client.events import Event, Outcome
 
 
 def renderer(as_json: bool, verbose: bool = False, *, multi: bool = False) -> Any:

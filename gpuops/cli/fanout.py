@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, NoReturn
 
 from gpuops.cli.signals import Terminated, cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, GpuopsError
-from gpuops.flow.events import Event, Outcome
+from gpuops.client.events import Event, Outcome
 
 #: Worst first. An interrupted command (SIGTERM, Ctrl-C, a closed stdout) did not finish: that wins.
 #: Then a bug; then what the runs found, the furthest step first (a rule fired, a stall, training

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuops.errors import ExitCode, GpuopsError, UsageError
-from gpuops.flow.events import Event, Outcome
+from gpuops.client.events import Event, Outcome
 
 LOG_TAIL_BYTES = 128 * 1024
 LOG_TAIL_LINES = 200  # the end of the training log, in the training testcase's system-out

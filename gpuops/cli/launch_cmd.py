@@ -12,7 +12,7 @@ from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode
-from gpuops.flow.events import Outcome
+from gpuops.client.events import Outcome
 
 
 def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
@@ -38,7 +38,7 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
 def _launch_one(job: Any, render: Any, *, detach: bool, timeout: float | None, inventory: str | None,
                 playbook: str | None) -> int:
     """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
-    from gpuops.flow.launch import launch
+    from gpuops.client.launch import launch
 
     state: dict[str, Any] = {}
     try:
@@ -82,7 +82,7 @@ def _dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 
 def _dry_run_one(job: Any, out: Any) -> None:
     """Every command one target's launch would send; `out`: the JSON renderer with --json."""
-    from gpuops.flow.launch import plan
+    from gpuops.client.launch import plan
 
     host = job.inventory.hosts[job.target.host]
     if host.transport == "local":

@@ -13,7 +13,7 @@ from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.runpick import check_run_id, pick, recorded_outcome
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, UsageError
-from gpuops.flow.events import Event, Outcome
+from gpuops.client.events import Event, Outcome
 
 
 def current_run(job: Any) -> Any:
@@ -50,7 +50,7 @@ def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 def _logs_one(job: Any, render: Any, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
               deadline: float | None, inventory: str | None, playbook: str | None) -> int:
     """One target's log, printed or followed."""
-    from gpuops.flow.watch import watch
+    from gpuops.client.viewer import watch
 
     state: dict[str, Any] = {"started": True}
     tail_at = -1 if tail is None else tail
@@ -89,7 +89,7 @@ def _logs_one(job: Any, render: Any, *, run_id: str | None, follow: bool, tail: 
 
 def _earlier_run(job: Any, render: Any, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
     """`--run ID` of a run that is over: its log; with --follow, then the code it ended with."""
-    from gpuops.flow.watch import watch
+    from gpuops.client.viewer import watch
 
     run_id = row["run"]
     events = watch(job, run_id, tail=tail, abort_on_match=False, once=True)
@@ -122,7 +122,7 @@ def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 
 def _stop_one(job: Any, render: Any) -> int:
     """Stop one target's run."""
-    from gpuops.flow.launch import stop
+    from gpuops.client.launch import stop
 
     try:
         return drive(stop(job), render, job.target.name, {})

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from gpuops.flow.events import Event, Outcome
+from gpuops.client.events import Event, Outcome
 
 
 _LINE_BREAKS = ("\x85", "\u2028", "\u2029")

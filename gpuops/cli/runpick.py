@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuops.errors import ExitCode, GpuopsError, NoRun, UsageError
-from gpuops.flow.events import Outcome
+from gpuops.client.events import Outcome
 
 HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
 NAMED = 10  # runs named when an id is unknown
@@ -27,7 +27,7 @@ class Picked:
 
 def check_run_id(run_id: str) -> str:
     """Refuse what cannot be a run id before connecting (ids name folders on the target)."""
-    from gpuops.target.protocol import check_run_id as check
+    from gpuops.agent.protocol import check_run_id as check
 
     try:
         return check(run_id)
@@ -38,8 +38,8 @@ def check_run_id(run_id: str) -> str:
 
 def history(transport: Any, *, label: str, timeout: float, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
     """The target's runs, newest first, as `gpuops runs` reads them."""
-    from gpuops.flow import tools
-    from gpuops.remote import run_tool
+    from gpuops.client import tools
+    from gpuops.client.remote import run_tool
 
     result = run_tool(transport, tools.runs(limit), timeout=timeout, label=label)
     if result.exit_code != 0:
@@ -57,7 +57,7 @@ def history(transport: Any, *, label: str, timeout: float, limit: int = HISTORY_
 
 def pick(job: Any, run_id: str | None) -> Picked:
     """The run to show: the current one, or run_id (its own session's); NoRun (exit 2) when there is none."""
-    from gpuops.flow.outcome import session_state
+    from gpuops.client.outcome import session_state
 
     state = session_state(job)
     current = state.run if state is not None else None

@@ -13,8 +13,8 @@ from gpuops.errors import ExitCode, GpuopsError
 
 def history(pool: Any, inventory: Any, target: Any, limit: int) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs, or why they could not be read."""
-    from gpuops.flow import tools
-    from gpuops.remote import run_tool
+    from gpuops.client import tools
+    from gpuops.client.remote import run_tool
 
     timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:

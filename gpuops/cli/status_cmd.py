@@ -35,7 +35,7 @@ def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...]
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
-    from gpuops.status import gather
+    from gpuops.client.status import gather
     from gpuops.transport import Pool
 
     inv, pb, targets = _targets(inventory, playbook, names, every)
@@ -84,7 +84,7 @@ def _print(results: list[Any], as_json: bool) -> None:
 def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
     from rich.live import Live
 
-    from gpuops.status import gather
+    from gpuops.client.status import gather
 
     results = gather(pool, inv, targets, sessions)
     with Live(_rich(results), refresh_per_second=4, screen=False) as live:
@@ -140,7 +140,7 @@ def plain_lines(r: Any) -> list[str]:
         lines.append(f"{p} no nvidia-smi on this target (no GPUs to show)")
     elif probe.smi == "error":
         lines.append(f"{p} nvidia-smi failed: {probe.smi_error}")
-    from gpuops.status import memory_history
+    from gpuops.client.status import memory_history
 
     history = memory_history(probe)
     for g in probe.gpus:
@@ -196,7 +196,7 @@ def _rich(results: list[Any]) -> Any:
             continue
         if r.probe.gpus:
             from gpuops.cli.spark import shape, sparkline
-            from gpuops.status import memory_history
+            from gpuops.client.status import memory_history
 
             history = memory_history(r.probe)
             t = Table(show_edge=False, pad_edge=False)

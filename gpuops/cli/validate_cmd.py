@@ -32,7 +32,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         checked.append(f"target '{tgt.name}' found in {inventory}")
     if as_json:
         from gpuops.cli.render import JsonRenderer
-        from gpuops.flow.events import Outcome
+        from gpuops.client.events import Outcome
 
         data = {"checked": checked, "unset_env": unset, "warnings": list(warnings)}
         JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", data), target or (pb.target if pb else None) or "")

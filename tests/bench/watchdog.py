@@ -21,12 +21,12 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def pids(run_id: str, tool: str = "watchdog") -> list[int]:
-    """Live processes running `python3 -m gpuops_target TOOL RUN_ID` (watchdog or supervise)."""
+    """Live processes running `python3 -m gpuops_agent TOOL RUN_ID` (watchdog or supervise)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             argv = _cmdline(int(entry))
-            if "gpuops_target" in argv and tool in argv and run_id in argv:
+            if "gpuops_agent" in argv and tool in argv and run_id in argv:
                 found.append(int(entry))
     return found
 

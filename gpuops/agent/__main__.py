@@ -1,0 +1,30 @@
+"""`python3 -m gpuops_agent TOOL ARGS...`: the target-side tools gpuops runs through its transport."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+TOOLS = {
+    "follow": "follower",  # stream a run's log and watchdog events as frames
+    "prepare": "runfiles",  # create a run directory from a JSON spec on stdin
+    "record": "runfiles",  # rewrite one JSON record of a run, atomically
+    "start": "start",  # start the watchdog, then training in tmux
+    "abort": "abort",  # the one abort sequence (claim, signal, grace, kill, reap, drain)
+    "supervise": "supervise",  # keep a run's watchdog alive (daemon)
+    "watchdog": "watchdog",  # watch one run
+    "runs": "history",  # the run history of this target, as JSON lines
+}
+
+
+def main(argv: list) -> int:
+    if not argv or argv[0] not in TOOLS:
+        sys.stderr.write("usage: python3 -m gpuops_agent {%s} ...\n" % ",".join(sorted(TOOLS)))
+        return 2
+    module = importlib.import_module("." + TOOLS[argv[0]], __package__)
+    tool = getattr(module, "tool_" + argv[0], None) or module.main
+    return int(tool(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

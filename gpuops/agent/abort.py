@@ -1,0 +1,166 @@
+"""The one abort sequence: claim, signal, grace, kill the session, reap every process of the run, drain.
+
+Whoever stops a run (the watchdog, a following client, `gpuops stop`, `--timeout`) goes through
+``claim``: abort.json is created with os.link, which only one caller can win, so a run is
+signalled once and has one record saying why and by whom. The losers wait for the winner's
+abort-done.json. `python3 -m gpuops_agent abort RUN_ID BY` (the record on stdin) is how a
+client runs it; it survives the client's connection dropping mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import protocol as p
+from . import tmux
+from .records import read_json, write_json_atomic
+from .smi import SmiError, parse_sample, sample_argv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRAIN_TIMEOUT = 30.0
+POLL = 0.02
+
+
+def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
+    """Create abort.json with this record unless another stop got there first: (won, the record in force)."""
+    path = os.path.join(d, p.ABORT)
+    tmp = "%s.claim.%d.%d" % (path, os.getpid(), time.monotonic_ns())
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+    try:
+        os.link(tmp, path)
+        return True, record
+    except FileExistsError:
+        return False, read_json(path) or {}
+    finally:
+        os.unlink(tmp)
+
+
+def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
+    """Kill what is left of the run (sh/kill_marked.sh); the pids that survived SIGKILL."""
+    out = subprocess.run(["bash", os.path.join(HERE, "sh", "kill_marked.sh"), run_id, "%g" % term_wait],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
+    for key, value in p.marks(out):
+        if key == "survivors":
+            return [int(x) for x in value.split() if x.isdigit()]
+    return []
+
+
+def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Optional[int]]]]:
+    """Memory and utilisation of the run's GPUs now; None without a usable nvidia-smi."""
+    try:
+        result = subprocess.run(sample_argv(gpus), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    try:
+        return parse_sample(result.stdout.decode("utf-8", "replace"))
+    except SmiError:
+        return None
+
+
+def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT) -> List[Dict[str, Any]]:
+    """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then."""
+    if not gpus:
+        return []
+    deadline = time.monotonic() + timeout
+    while True:
+        state = gpu_state(gpus)
+        if state is None:
+            return []
+        busy = [g for g, (mem, _) in state.items() if mem is not None and mem > max_mib]
+        if not busy or time.monotonic() >= deadline:
+            return [{"index": g, "memory_used_mib": mem, "utilization_pct": util} for g, (mem, util) in sorted(state.items())]
+        time.sleep(0.1)
+
+
+def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json."""
+    started = time.monotonic()
+    session = cfg["session"]
+    ab = cfg.get("abort") or {}
+    grace = float(ab.get("grace", 30.0))
+    if tmux.alive(session):
+        # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
+        # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
+        sent_at = _signalled(d)
+        if sent_at is None:
+            name = ab.get("signal", "INT")
+            if name == "INT":
+                tmux.interrupt(session)
+            else:
+                tmux.signal_foreground(session, getattr(signal, "SIG" + name))
+            sent_at = time.time()
+            with open(os.path.join(d, p.ABORT_SIGNALLED), "w") as fh:
+                fh.write("%.3f\n" % sent_at)
+        deadline = time.monotonic() + max(0.0, sent_at + grace - time.time())
+        while time.monotonic() < deadline and tmux.alive(session):
+            time.sleep(POLL)
+        tmux.kill(session)
+    gone_at = time.time()
+    survivors = reap(os.path.basename(d))
+    gpus = drain(list(cfg.get("gpus") or []), int(cfg.get("max_memory_used_mib", 500)))
+    result = {"survivors": survivors, "gpus": gpus, "seconds": round(time.monotonic() - started, 3),
+              "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_json_atomic(os.path.join(d, p.ABORT_DONE), result)
+    return result
+
+
+def _signalled(d: str) -> Optional[float]:
+    """When this run's abort signal was sent, if it was."""
+    try:
+        with open(os.path.join(d, p.ABORT_SIGNALLED)) as fh:
+            return float(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_done(d: str, timeout: float) -> Optional[Dict[str, Any]]:
+    """The winner's abort-done.json once it is there (None past the timeout)."""
+    deadline = time.monotonic() + timeout
+    path = os.path.join(d, p.ABORT_DONE)
+    while time.monotonic() < deadline:
+        done = read_json(path)
+        if done is not None:
+            return done
+        time.sleep(0.05)
+    return None
+
+
+def _say(line: str) -> None:
+    """Tell the client, if it is still there: a dropped connection must not stop the abort."""
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def tool_abort(argv: List[str]) -> int:
+    """abort RUN_ID BY, the record (reason, rule, excerpt ..., masked by the client) on stdin."""
+    run_id, by = argv
+    for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    d = p.run_dir(run_id)
+    cfg = read_json(os.path.join(d, p.WATCH)) or {}
+    record = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
+    record.update({"by": by, "pid": os.getpid()})
+    won, current = claim(d, record)
+    if won:
+        # A launch still warming up has no session yet: the sequence then reaps its warmup.
+        _say(p.mark("claimed", json.dumps(current, sort_keys=True)))
+        done: Optional[Dict[str, Any]] = stop_run(d, cfg)
+    else:
+        _say(p.mark("already", json.dumps(current, sort_keys=True)))
+        grace = float((cfg.get("abort") or {}).get("grace", 30.0))
+        done = wait_done(d, grace + 90.0)
+    _say(p.mark("aborted", json.dumps(done or {}, sort_keys=True)))
+    return 0

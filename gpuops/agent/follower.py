@@ -1,0 +1,224 @@
+"""Follow a run's log (and its watchdog's events) by byte offset, as frames on stdout.
+
+Runs on the target: ``python3 -m gpuops_agent follow RUN_ID SESSION OFFSET INODE TAIL ONCE EVENTS_OFFSET``.
+The frames are defined in protocol.py. The client resumes after a dropped connection by
+starting it again at the offsets it has, so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import BinaryIO, Optional
+
+from . import protocol as p
+from .procs import running
+
+POLL = 0.02
+#: Once the run ended, wait at most this long for a live watchdog to write its last records.
+WATCHDOG_GRACE = 15.0
+#: A stopped run whose session is gone: wait at most this long for the aborter's final record.
+ABORTER_GRACE = 120.0
+
+
+def tail_offset(path: str, n: int) -> int:
+    """The offset where the last n lines of the file start."""
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, 2)
+            pos, seen = end, 0
+            while pos > 0:
+                step = min(65536, pos)
+                pos -= step
+                fh.seek(pos)
+                buf = fh.read(step)
+                if pos + step == end and buf.endswith(b"\n"):
+                    buf = buf[:-1]
+                for i in range(len(buf) - 1, -1, -1):
+                    if buf[i] == 10:
+                        seen += 1
+                        if seen == n:
+                            return pos + i + 1
+            return 0
+    except OSError:
+        return 0
+
+
+def _read(path: str, limit: int = 65536) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+
+
+class Follower:
+    """The state of one follow: where the log and the events file are read up to."""
+
+    def __init__(self, d: str, session: str, offset: int, inode: int, events_offset: int, once: bool) -> None:
+        self.d, self.session, self.once = d, session, once
+        self.log = os.path.join(d, p.LOG)
+        self.offset, self.inode, self.events_offset = offset, inode, events_offset
+        self.out: BinaryIO = sys.stdout.buffer
+        self.f: Optional[BinaryIO] = None
+        self.size, self.mtime = -1, 0.0
+        self.last_session_check = 0.0
+        self.gone_since: Optional[float] = None
+
+    def w(self, data: bytes) -> None:
+        self.out.write(data)
+        self.out.flush()
+
+    def pump_log(self) -> bool:
+        """Send what the log has beyond the offset; True if bytes were sent."""
+        if self.f is None:
+            try:
+                self.f = open(self.log, "rb")
+                st = os.fstat(self.f.fileno())
+                if self.inode and st.st_ino != self.inode:
+                    self.offset = 0
+                self.inode = st.st_ino
+                if st.st_size < self.offset:
+                    self.offset = 0
+                    self.w(b"T %d\n" % self.inode)
+                self.f.seek(self.offset)
+            except OSError:
+                self.f = None
+                if self.size != -2:
+                    self.size, self.mtime = -2, self.mtime or time.time()
+                return False
+        data = self.f.read(1 << 20)
+        if data:
+            self.w(p.data_frame(self.inode, self.offset, data))
+            self.offset += len(data)
+            return True
+        try:
+            st = os.stat(self.log)
+        except OSError:
+            st = None
+        if st is None or st.st_ino != self.inode:
+            self.f.close()
+            self.f, self.offset, self.inode = None, 0, 0
+            self.w(b"R\n")
+            return True
+        self.size, self.mtime = st.st_size, st.st_mtime
+        if st.st_size < self.offset:
+            self.offset = 0
+            self.f.seek(0)
+            self.w(b"T %d\n" % self.inode)
+            return True
+        return False
+
+    def pump_events(self) -> bool:
+        """Send the watchdog's events beyond their offset, whole lines only."""
+        if self.once:
+            return False
+        try:
+            with open(os.path.join(self.d, p.EVENTS), "rb") as fh:
+                fh.seek(self.events_offset)
+                data = fh.read(1 << 20)
+        except OSError:
+            return False
+        end = data.rfind(b"\n") + 1
+        if not end:
+            return False
+        self.w(p.events_frame(self.events_offset, data[:end]))
+        self.events_offset += end
+        return True
+
+    def watchdog(self, now: float) -> tuple:
+        """(heartbeat age, offset matched, state) of the run's watchdog; age -1 when it never wrote one."""
+        text = _read(os.path.join(self.d, p.WATCHDOG))
+        try:
+            record = json.loads(text.decode()) if text else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            return -1.0, -1, "-"
+        ts = record.get("ts")
+        age = max(0.0, now - ts) if isinstance(ts, (int, float)) else -1.0
+        state = str(record.get("state") or "-")
+        if state != "done" and not self.watchdog_processes(record):
+            age = max(age, p.HEARTBEAT_STALE + 1)  # gone for good (no supervisor either): no need to wait it out
+        return age, int(record.get("offset") or 0), state
+
+    def watchdog_processes(self, record: dict) -> bool:
+        """Whether the watchdog or its supervisor (which would start it again) is alive."""
+        pids = [record.get("pid")]
+        text = _read(os.path.join(self.d, p.SUPERVISOR_PID), 32)
+        if text and text.strip().isdigit():
+            pids.append(int(text.strip()))
+        return any(isinstance(pid, int) and pid > 0 and running(pid) for pid in pids)
+
+    def ended(self, now: float) -> Optional[bytes]:
+        """How the run ended, once it did: abort (the abort sequence finished), exit, or gone."""
+        if os.path.exists(os.path.join(self.d, p.ABORT_DONE)):
+            return b"abort -"
+        aborting = os.path.exists(os.path.join(self.d, p.ABORT))
+        code = self.exit_code()
+        if code is not None and not aborting:
+            return b"exit " + code
+        if not self.session or now - self.last_session_check < 1.0:
+            return None
+        self.last_session_check = now
+        if subprocess.call(["tmux", "has-session", "-t", "=" + self.session],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+            return None
+        code = self.exit_code()  # again: run.sh writes it just before its session ends
+        if not aborting:
+            return b"exit " + code if code is not None else b"gone -"
+        # Stopped, session gone: the aborter is reaping and draining. Wait for its record, within reason.
+        self.gone_since = self.gone_since or now
+        return b"abort -" if now - self.gone_since > ABORTER_GRACE else None
+
+    def exit_code(self) -> Optional[bytes]:
+        text = _read(os.path.join(self.d, p.EXIT_CODE), 64)
+        if text is None:
+            return None
+        text = text.strip()
+        return text if text.lstrip(b"-").isdigit() else b"-1"
+
+    def run(self) -> None:
+        last_hb = 0.0
+        end: Optional[bytes] = None
+        end_seen = 0.0
+        while True:
+            got = self.pump_log()
+            got = self.pump_events() or got
+            now = time.time()
+            if not got:
+                if self.once:
+                    self.w(b"E once -\n")
+                    return
+                if end is None:
+                    end = self.ended(now)
+                    end_seen = now
+                if end is not None:
+                    age, _, state = self.watchdog(now)
+                    live = 0 <= age < p.HEARTBEAT_STALE and state != "done"
+                    if not live or now - end_seen > WATCHDOG_GRACE:
+                        self.pump_events()
+                        self.w(b"E " + end + b"\n")
+                        return
+                time.sleep(p.HEARTBEAT_EVERY / 10 if end is not None else POLL)
+            if now - last_hb >= p.HEARTBEAT_EVERY:
+                age, wd_offset, state = self.watchdog(now)
+                self.w(p.heartbeat_frame(now, self.size, self.mtime, age, wd_offset, state))
+                last_hb = now
+
+
+def main(argv: list) -> int:
+    run_id, session, offset, inode, tail, once, events_offset = argv
+    d = p.run_dir(run_id)
+    offset_n, tail_n = int(offset), int(tail)
+    log = os.path.join(d, p.LOG)
+    if tail_n >= 0 and offset_n == 0:
+        offset_n = tail_offset(log, tail_n) if tail_n > 0 else (os.path.getsize(log) if os.path.exists(log) else 0)
+    try:
+        Follower(d, session, offset_n, int(inode), int(events_offset), once == "1").run()
+    except BrokenPipeError:  # the client went away: nothing to tell anyone
+        return 0
+    return 0

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Everything status and preflight need, in one round trip: the clock, the GPUs, the tools the
+# watchdog needs, and for each gpuops session its tmux session, launch lock and current run.
+# Usage: probe.sh [-s] [SESSION...]   (-s: also the tail of each run's GPU samples; no SESSION: all)
+# Prints marker lines (gpuops/agent/protocol.py MARKS) with raw sections between them.
+set -u
+G="$HOME/.gpuops"
+samples=
+if [ "${1:-}" = "-s" ]; then samples=1; shift; fi
+
+echo "@@gpuops now $(date +%s.%N)"
+# The two nvidia-smi queries run side by side: each call initialises the driver (tens of ms).
+if command -v nvidia-smi >/dev/null 2>&1; then
+  A="${TMPDIR:-/tmp}/gpuops-probe.$$"
+  { nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv,noheader,nounits >"$A" 2>&1
+    echo "$?" >"$A.rc"; } &
+  echo "@@gpuops gpus"
+  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits 2>&1
+  echo "@@gpuops gpus_rc $?"
+  wait
+  echo "@@gpuops apps"
+  cat "$A" 2>/dev/null
+  echo "@@gpuops apps_rc $(cat "$A.rc" 2>/dev/null || echo 1)"
+  rm -f "$A" "$A.rc"
+else
+  echo "@@gpuops nosmi"
+fi
+command -v tmux >/dev/null 2>&1 || echo "@@gpuops notmux"
+if command -v python3 >/dev/null 2>&1; then
+  echo "@@gpuops python $(python3 -E -s -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>&1 | head -c 100)"
+else
+  echo "@@gpuops nopython"
+fi
+
+# running PID: the process exists and is no zombie (a killed process its parent never reaped).
+running() {
+  local st
+  [ -n "$1" ] && st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  [ "${st%% *}" != Z ]
+}
+
+list_sessions() {
+  if [ $# -gt 0 ]; then
+    printf '%s\n' "$@"
+  else
+    for f in "$G"/sessions/*; do [ -f "$f" ] && printf '%s\n' "${f##*/}"; done
+  fi
+}
+
+list_sessions "$@" | while IFS= read -r S; do
+  echo "@@gpuops session $S"
+  if tmux has-session -t "=$S" 2>/dev/null; then echo "@@gpuops alive"; fi
+  if [ -f "$G/locks/$S.lock" ] && ! flock -n "$G/locks/$S.lock" true 2>/dev/null; then
+    echo "@@gpuops locked $(head -c 300 "$G/locks/$S.holder" 2>/dev/null | tr -d '\n')"
+  fi
+  R=$(head -c 64 "$G/sessions/$S" 2>/dev/null)
+  # A session pointer holds a run id ([0-9a-z-]); anything else (tampered, half-written) names no run.
+  case "$R" in ""|*[!0-9a-z-]*) continue;; esac
+  D="$G/runs/$R"
+  [ -d "$D" ] || continue
+  echo "@@gpuops run $R"
+  [ -f "$D/meta.json" ] && echo "@@gpuops meta $(head -c 65536 "$D/meta.json" | tr -d '\n')"
+  [ -f "$D/exit_code" ] && echo "@@gpuops exit $(head -c 16 "$D/exit_code" | tr -d '\n')"
+  [ -f "$D/abort.json" ] && echo "@@gpuops abort $(head -c 65536 "$D/abort.json" | tr -d '\n')"
+  [ -f "$D/abort-done.json" ] && echo "@@gpuops abort_done $(head -c 16384 "$D/abort-done.json" | tr -d '\n')"
+  if [ -f "$D/watchdog.json" ]; then
+    echo "@@gpuops watchdog $(head -c 16384 "$D/watchdog.json" | tr -d '\n')"
+    # Its processes: the watchdog, and the supervisor that would start it again.
+    wpid=$(grep -o '"pid":[0-9]*' "$D/watchdog.json" | head -n 1 | tr -dc '0-9')
+    spid=$(head -c 16 "$D/supervisor.pid" 2>/dev/null | tr -dc '0-9')
+    if running "$wpid" || running "$spid"; then
+      echo "@@gpuops watchdog_pid alive"
+    else
+      echo "@@gpuops watchdog_pid dead"
+    fi
+  fi
+  [ -f "$D/log" ] && echo "@@gpuops log $(stat -c '%s %Y' "$D/log")"
+  if [ -n "$samples" ] && [ -f "$D/samples.jsonl" ]; then
+    echo "@@gpuops samples"
+    tail -c 24576 "$D/samples.jsonl"
+    echo
+    echo "@@gpuops samples_end"
+  fi
+done
+true

@@ -1,0 +1,195 @@
+"""launch = preflight -> warmup -> start (watchdog, then training) -> follow; `plan` shows the same
+steps without running them; `stop` ends a run (or a launch still warming up) from anywhere."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterator
+
+from gpuops.command import Cmd
+from gpuops.errors import ConnectError, ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped, TargetNotReady
+from gpuops.client import tools
+from gpuops.client.stop_call import abort_run, reap
+from gpuops.client.events import Event, Outcome
+from gpuops.client.job import Job
+from gpuops.client.preflight import LaunchLock, evaluate
+from gpuops.client.runspec import meta, prepare_spec
+from gpuops.client.warmup import WarmupError, render_warmup_command, run_warmups
+from gpuops.client.viewer import watch
+from gpuops.client.runs import dumps, new_run_id
+from gpuops.agent import protocol as p
+
+
+def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
+    """Run the whole flow; the last item is the Outcome."""
+    deadline = time.monotonic() + timeout if timeout else None
+    target = job.target.name
+    lock = LaunchLock(job)
+    probe = lock.acquire()
+    run_id: str | None = None
+    started = False
+    try:
+        if lock.stale_holder:
+            yield Event("lock_recovered", target, None, {"holder": lock.stale_holder})
+        yield from evaluate(job, probe)
+        run_id = new_run_id()
+        _prepare(job, run_id)
+        yield Event("run_created", target, run_id, {"session": job.session})
+        durations: dict[str, float] = {}
+        try:
+            for ev in run_warmups(job, run_id, deadline=deadline):
+                if ev.kind == "warmup_done":
+                    durations[str(ev.get("gpu"))] = ev.get("seconds")
+                yield ev
+        except (KeyboardInterrupt, GeneratorExit):
+            reap(job, run_id, persistent=False)  # Ctrl-C: do not wait out a dead link
+            _record(job, run_id, "interrupted", warmup_seconds=durations)
+            raise
+        except WarmupError as exc:
+            _record(job, run_id, "warmup-failed", error=job.mask(str(exc)), warmup_seconds=durations)
+            if exc.timed_out_by_deadline:
+                yield Outcome("timeout", ExitCode.TIMEOUT, f"--timeout ran out during warmup on GPU {exc.gpu}; training not started", {"run": run_id})
+                return
+            raise
+        _start(job, run_id, durations)
+        started = True
+        yield Event("started", target, run_id, {"session": job.session, "log": f"~/.gpuops/runs/{run_id}/log",
+                                                "warmup_seconds": durations, "watchdog": True})
+    except RunStopped as exc:
+        yield Outcome("stopped", exc.exit_code, str(exc), {"run": run_id})
+        return
+    except GpuopsError as exc:
+        if run_id is not None and not started and not isinstance(exc, WarmupError):
+            # Leave no half-made run: the record says it never started, and why.
+            phase = "connection-lost" if isinstance(exc, ConnectError) else "start-failed"
+            _record(job, run_id, phase, error=job.mask(str(exc)), quiet=True)
+        raise
+    finally:
+        lock.release()
+    if detach:
+        yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{job.session}' on {target}; "
+                      "its watchdog stops it on a fatal signature or a stall", {"run": run_id})
+        return
+    yield from watch(job, run_id, deadline=deadline)
+
+
+def _check(job: Job, result: Any, what: str) -> None:
+    if result.exit_code != 0:
+        raise RemoteError(f"{job.target.name}: could not {what} (exit {result.exit_code}): {job.mask(result.err.strip())[-400:]}")
+
+
+def _prepare(job: Job, run_id: str) -> None:
+    """The run directory, from one JSON document on stdin (env values of any size)."""
+    result = job.run(tools.prepare(run_id), stdin=prepare_spec(job, run_id))
+    if result.exit_code == 70:
+        raise TargetNotReady(f"{job.target.name}: {job.mask(result.err.strip())[-300:]}",
+                             hint="the run directory lives under ~/.gpuops in the target user's home: make it writable")
+    _check(job, result, "create the run directory")
+
+
+def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: Any) -> None:
+    """Rewrite meta.json with the launch's phase (best effort when the launch is failing anyway)."""
+    try:
+        job.run(tools.record(run_id, p.META), stdin=dumps(meta(job, run_id, phase, **extra)).encode())
+    except GpuopsError:
+        if not quiet:
+            raise
+
+
+def _start(job: Job, run_id: str, durations: dict[str, float]) -> None:
+    """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
+    _record(job, run_id, "running", warmup_seconds=durations)
+    result = job.run(tools.start(run_id), timeout=max(job.timeout, 90.0))
+    said = dict(p.marks(result.out))
+    target = job.target.name
+    if "stopped" in said:
+        raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
+    if "session-exists" in said:
+        raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
+    if "watchdog-failed" in said:
+        raise TargetNotReady(f"{target}: the watchdog could not start, so training was not started: "
+                             f"{job.mask(said['watchdog-failed'])}", hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
+    if "started" not in said:
+        _check(job, result, "start the tmux session")
+        raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
+
+
+def plan(job: Job) -> list[tuple[str, str, str | None]]:
+    """Every command a launch would send, rendered exactly (secrets masked), with what goes on its stdin:
+    (step, command, stdin or None)."""
+    from gpuops.client.ship import bundle, install_command
+
+    rid = "00000000-000000-000000"
+
+    def show(cmd: Cmd) -> str:
+        return job.transport.wrap(cmd).render(display=True, mask=job.mask)
+
+    def shown(data: bytes) -> str:
+        return job.mask(data.decode())
+
+    b = bundle()
+    running = dumps(meta(job, rid, "running", warmup_seconds={})).encode()
+    record = json.dumps({"reason": "match", "rule": "<rule>", "line": "<matched line>", "excerpt": "<excerpt>"}).encode()
+    steps: list[tuple[str, str, str | None]] = [
+        ("copy gpuops' target files, only when the target lacks them", show(install_command()),
+         f"<a {len(b.zip)}-byte zip of gpuops/agent (digest {b.digest})>"),
+        ("preflight (lock + probe, one round trip)", show(tools.lock(job.session, "<user@machine pid N>", job.run_gpus)),
+         "<a heartbeat line every 5 s, then `release`>"),
+        ("create the run directory", show(tools.prepare(rid)), prepare_spec(job, rid, shown=True).decode()),
+    ]
+    if job.playbook.warmup:
+        for gpu in job.playbook.warmup.gpus:
+            cmd = tools.warmup(rid, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+            steps.append((f"warmup GPU {gpu}", show(cmd), None))
+            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", show(tools.gpu_memory((gpu,))), None))
+    steps += [
+        ("record the phase", show(tools.record(rid, p.META)), shown(running)),
+        ("start the watchdog, then training in tmux", show(tools.start(rid)), None),
+        ("follow the log and the watchdog's events", show(tools.follow(rid, job.session, 0, 0, -1, False, 0)), None),
+        ("stop the run: a match or a stall while its watchdog is gone, or --timeout", show(tools.abort(rid, "client")),
+         shown(record)),
+        ("after a run its watchdog did not see end: reap leftover processes", show(tools.reap(rid)), None),
+    ]
+    return [(name, text.replace(rid, "<run-id>"), None if data is None else data.replace(rid, "<run-id>"))
+            for name, text, data in steps]
+
+
+def stop(job: Job) -> Iterator[Event | Outcome]:
+    """Abort the current run the way a matched signature does; success once no run is alive."""
+    from gpuops.client.outcome import run_info, session_state
+
+    state = session_state(job)
+    info = state.run if state is not None else None
+    if state is not None and info is None and state.alive:
+        yield Event("abort_start", job.target.name, None, {"reason": "stop", "by": "stop"})
+        job.run(Cmd("tmux", "kill-session", "-t", f"={job.session}"))
+        yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
+        return
+    state_alive = info is not None and (info.session_alive or info.state == "warming")
+    if info is None or not state_alive:
+        if info is not None:
+            reap(job, info.run_id, persistent=False)
+        yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}",
+                      {"run": info.run_id if info else None})
+        return
+    run_id = info.run_id
+    warming = info.state == "warming"
+    yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "by": "stop",
+                                                          **({"phase": info.meta.get("phase")} if warming else {})})
+    result = abort_run(job, run_id, "stop", by="stop")
+    if not result.won:
+        yield Event("stopped_elsewhere", job.target.name, run_id, {"reason": result.record.get("reason"),
+                                                                   "stopped_by": result.by, "rule": result.record.get("rule")})
+    else:
+        yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus,
+                                                         "seconds": round(result.seconds, 3), "by": "stop"})
+    if result.survivors:
+        raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")
+    after = run_info(job, run_id)
+    if after is not None and after.session_alive:
+        raise GpuopsError(f"{job.target.name}: run {run_id} is still alive after its abort ({json.dumps(after.abort)})")
+    if warming:
+        yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})
+    else:
+        yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})

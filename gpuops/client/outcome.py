@@ -1,0 +1,106 @@
+"""How a followed run ended, read from its records on the target, whoever stopped it.
+
+The outcome and exit code come from gpuops.agent.records.outcome, the mapping the watchdog,
+`status` and `runs` use too; this module only words it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuops.errors import ExitCode
+from gpuops.client import tools
+from gpuops.client.events import Outcome
+from gpuops.client.job import Job
+from gpuops.agent.records import outcome as record_outcome
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_SIGNALS = {129: "SIGHUP: its tmux session was killed", 130: "SIGINT", 137: "SIGKILL", 139: "SIGSEGV", 143: "SIGTERM"}
+_WHO = {"watchdog": "the watchdog", "client": "gpuops", "stop": "`gpuops stop`", "timeout": "--timeout"}
+
+
+def last_line(tail: bytes, job: Job) -> str | None:
+    """The log's last non-blank line, colours removed, secrets masked before the cut to 300 characters."""
+    for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
+        text = _ANSI.sub("", raw.decode("utf-8", "replace")).strip()
+        if text:
+            return job.masker.cut(text, 300, keep_end=True)
+    return None
+
+
+def session_state(job: Job) -> Any:
+    """The playbook's session on the target and its current run, as the probe reads them."""
+    from gpuops.client.probe import parse_probe
+
+    result = job.run(tools.probe((job.session,)))
+    raise_for_container = getattr(job.transport, "raise_for_container", None)
+    if result.exit_code != 0 and raise_for_container:
+        raise_for_container(result.err)
+    return parse_probe(result.out).sessions.get(job.session)
+
+
+def run_info(job: Job, run_id: str) -> Any:
+    """The run's records (None when the session now points at another run)."""
+    state = session_state(job)
+    return state.run if state and state.run and state.run.run_id == run_id else None
+
+
+def ended_outcome(job: Job, run_id: str, ev: Any, *, first_abort: Any = None, abort_on_match: bool = True,
+                  last: str | None = None, container: str | None = None) -> Outcome:
+    if container is not None:
+        what = "stopped" if container == "stopped" else "no longer exists"
+        return Outcome("lost", ExitCode.TRAINING_FAILED,
+                       f"run {run_id} is lost: container {job.target.ctid} {what} while it ran "
+                       "(its tmux session and every process of the run went with it)", {"run": run_id, "container": container})
+    info = run_info(job, run_id)
+    said = {"last_line": last} if last else {}
+    if info is not None and info.abort is not None:
+        return _stopped(run_id, info, job, said)
+    if first_abort is not None and not abort_on_match:
+        rule = _get(first_abort, "rule")
+        return Outcome("matched", ExitCode.ABORTED, f"run {run_id} ended; rule '{rule}' matched (not aborted: --no-abort)",
+                       {"run": run_id, "rule": rule, "excerpt": _get(first_abort, "excerpt")})
+    code = ev.code if ev is not None else None
+    if code is None and info is not None:
+        code = info.exit_code
+    tail = f"; last log line: {last}" if last else ""
+    if ev is None or ev.how == "gone" or code is None:
+        return Outcome("lost", ExitCode.TRAINING_FAILED,
+                       f"run {run_id} ended without an exit code: its tmux session is gone (killed by hand, or the container "
+                       f"stopped){tail}", {"run": run_id, **said})
+    if code == 0:
+        return Outcome("succeeded", ExitCode.OK, f"run {run_id} finished with exit code 0", {"run": run_id, "command_exit_code": 0})
+    note = f" ({_SIGNALS[code]})" if code in _SIGNALS else ""
+    return Outcome("failed", ExitCode.TRAINING_FAILED, f"run {run_id}: training exited with code {code}{note}{tail}",
+                   {"run": run_id, "command_exit_code": code, **said})
+
+
+def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
+    """A run that was stopped: the abort record says why, and by whom."""
+    record = info.abort
+    name, code = record_outcome(None if info.exit_code is None else str(info.exit_code), record, info.session_alive)
+    reason, rule, by = record.get("reason"), record.get("rule"), record.get("by")
+    who = _WHO.get(str(by), str(by or "someone"))
+    done = info.abort_done or {}
+    data = {"run": run_id, "rule": rule if reason not in ("stall", "stop", "timeout") else (rule or reason),
+            "line": record.get("line"), "excerpt": record.get("excerpt"), "by": by, "gpus": done.get("gpus", []),
+            "survivors": done.get("survivors", [])}
+    if reason == "stall":
+        last = record.get("last_line")  # the line before the stall, not what the run printed when stopped
+        limit = record.get("stall_timeout", job.playbook.watch.stall_timeout)
+        message = (f"run {run_id} stalled: no log output for {record.get('seconds')}s (stall_timeout {limit:g}s"
+                   + ("; its log file is missing" if record.get("log_missing") else "") + f"); stopped by {who}"
+                   + (f"; last log line: {last}" if last else "; it had printed nothing"))
+        data.update(rule="stall", last_line=last)
+    elif reason == "timeout":
+        message = f"--timeout ran out: run {run_id} stopped"
+    elif reason == "stop":
+        message = f"run {run_id} was stopped by `gpuops stop`"
+    else:
+        message = f"run {run_id} aborted: rule '{rule}' matched (stopped by {who}): {record.get('line')}"
+    return Outcome(name, code if code is not None else ExitCode.ABORTED, message, data)
+
+
+def _get(hit: Any, key: str) -> Any:
+    return hit.get(key) if isinstance(hit, dict) else getattr(hit, key, None)

@@ -1,0 +1,180 @@
+"""Preflight: take the target's launch lock and check, in one round trip, that a run may start."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+from gpuops.errors import PreflightFailed, RemoteError, RunAlive, TargetNotReady
+from gpuops.client import tools
+from gpuops.client.events import Event
+from gpuops.client.job import Job, holder_id
+from gpuops.client.gpus import Finding, check_idle
+from gpuops.client.probe import Probe, parse_probe
+from gpuops.agent import protocol as p
+
+#: The oldest Python the target package runs on (tests/test_target_package.py proves it).
+OLDEST_PYTHON = (3, 8)
+
+
+class PreflightProblem(PreflightFailed):
+    """Preflight found the target not ready; carries what was measured."""
+
+    def __init__(self, message: str, findings: list[Finding], job: Job, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.findings = findings
+        self.thresholds = {
+            "max_memory_used_mib": job.playbook.preflight.max_memory_used_mib,
+            "max_utilization_pct": job.playbook.preflight.max_utilization_pct,
+            "allow_processes": job.playbook.preflight.allow_processes,
+        }
+
+
+class LaunchLock:
+    """The target-side lock of one session: held while the launcher's heartbeats keep coming."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self._stream = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stale_holder: str | None = None
+        self.holder: str | None = None
+
+    def acquire(self) -> Probe:
+        """Take the locks (the session's and its GPUs') and return the probe taken under them;
+        raise RunAlive when another launch or run holds one."""
+        job = self.job
+        self.holder = holder_id()
+        self._stream = job.open(tools.lock(job.session, self.holder, job.run_gpus))
+        text = self._read_until_locked()
+        for key, value in p.marks(text):
+            if key == "busy":
+                self.release()
+                raise RunAlive(
+                    f"{job.target.name}: a launch of '{job.session}' is already in progress ({value.strip() or 'another gpuops process'})",
+                    hint="wait for it, or see `gpuops status`",
+                )
+            if key == "gpu-held":
+                self.release()
+                gpu, _, holder = value.partition(" ")
+                raise RunAlive(
+                    f"{job.target.name}: GPU {gpu} belongs to another {holder}",
+                    hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
+                )
+            if key == "stale":
+                self.stale_holder = value.strip()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
+        self._thread.start()
+        return parse_probe(text)
+
+    def _read_until_locked(self) -> str:
+        assert self._stream is not None
+        buf = b""
+        marker = ("\n" + p.mark("locked-ok") + "\n").encode()
+        while marker not in buf:
+            chunk = self._stream.read(self.job.timeout)
+            if chunk is None or chunk == b"":
+                code = self._stream.wait(5.0)
+                self._stream.close()
+                self._stream = None
+                text = buf.decode("utf-8", "replace")
+                if any(key in ("busy", "gpu-held") for key, _ in p.marks(text)):
+                    return text
+                raise_for_container = getattr(self.job.transport, "raise_for_container", None)
+                if raise_for_container:
+                    raise_for_container(text)
+                if code == 70:  # lock.sh could not make ~/.gpuops: no run could be recorded there
+                    raise TargetNotReady(f"{self.job.target.name}: cannot create gpuops' folders under ~/.gpuops on the "
+                                         f"target: {text.strip()[-300:]}", hint="the target user's home must be writable")
+                raise RemoteError(
+                    f"{self.job.target.name}: could not take the launch lock (exit {code}): {text.strip()[-400:] or 'no output'}",
+                    hint="the target needs bash, flock (util-linux) and a writable home directory",
+                )
+            buf += chunk
+        return buf.decode("utf-8", "replace")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(5.0):
+            try:
+                if self._stream is not None:
+                    self._stream.write(b"\n")
+            except Exception:  # a broken stream ends the lock on the target: nothing to do here
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._stream is not None:
+            lost = False
+            try:
+                self._stream.write(b"release\n")  # else the target takes us for a launcher that died
+                self._stream.close_stdin()
+                self._stream.wait(5.0)
+                lost = self._stream.connection_lost()
+            except Exception:  # releasing over a dead connection: the target frees the lock by itself
+                lost = True
+            self._stream.close()
+            self._stream = None
+            if lost and self.holder:
+                self._forget()
+
+    def _forget(self) -> None:
+        """The lock holder there ended with our connection: take our name off its files, so the next
+        launch does not report a launcher that died (best effort, through a new connection)."""
+        try:
+            self.job.run(tools.forget_lock(self.job.session, self.holder, self.job.run_gpus))
+        except Exception:  # the host is gone too: the next launch says it recovered the lock
+            pass
+
+
+def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
+    """Check the probe against the playbook; raise PreflightProblem, else yield the findings."""
+    pf = job.playbook.preflight
+    state = probe.sessions.get(job.session)
+    if state is not None and state.alive:
+        run = state.run.run_id if state.run else "unknown run"
+        raise RunAlive(
+            f"{job.target.name}: tmux session '{job.session}' is alive ({run})",
+            hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
+        )
+    ready(job, probe)
+    findings: list[Finding] = []
+    if pf.gpus:
+        if probe.smi != "ok":
+            why = "nvidia-smi is not installed" if probe.smi == "absent" else f"nvidia-smi failed: {probe.smi_error}"
+            raise PreflightProblem(f"{job.target.name}: cannot check GPUs {list(pf.gpus)}: {why}", [], job)
+        findings = check_idle(
+            probe.gpus,
+            pf.gpus,
+            max_memory_mib=pf.max_memory_used_mib,
+            max_util_pct=pf.max_utilization_pct,
+            allow_processes=pf.allow_processes,
+        )
+        bad = [f for f in findings if not f.ok]
+        if bad:
+            raise PreflightProblem(
+                f"{job.target.name}: GPU(s) {', '.join(str(f.index) for f in bad)} not idle",
+                findings,
+                job,
+                hint="wait for the other job to finish, or adjust preflight thresholds in the playbook",
+            )
+    yield Event(
+        "preflight_ok",
+        job.target.name,
+        data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi},
+    )
+
+
+def ready(job: Job, probe: Probe) -> None:
+    """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""
+    name = job.target.name
+    if not probe.tmux:
+        raise TargetNotReady(f"{name}: tmux is not installed on the target (the run lives in a tmux session)",
+                             hint="install tmux there (apt-get install tmux)")
+    if probe.python is None:
+        raise TargetNotReady(f"{name}: python3 is not installed on the target (gpuops' watchdog runs beside the run)",
+                             hint="install python3 there (apt-get install python3)")
+    if probe.python < OLDEST_PYTHON:
+        raise TargetNotReady(
+            f"{name}: the target's python3 is {'.'.join(map(str, probe.python))}; gpuops' watchdog needs "
+            f"{'.'.join(map(str, OLDEST_PYTHON))} or newer", hint="install a newer python3 on the target")

@@ -1,0 +1,114 @@
+"""Runs on a target: ids, the run directory and its records, as read back by any machine."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable and unique: 20261129-101500-3fa9c2."""
+    import secrets
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunInfo:
+    """What the run directory says about one run."""
+
+    run_id: str
+    session: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    abort: dict[str, Any] | None = None
+    log_size: int | None = None
+    log_mtime: float | None = None
+    session_alive: bool = False
+    remote_now: float | None = None
+    abort_done: dict[str, Any] | None = None
+    watchdog: dict[str, Any] | None = None  # its heartbeat record (watchdog.json)
+    watchdog_running: bool = True  # False: neither the watchdog nor its supervisor has a live process
+    samples_text: str = ""  # the tail of samples.jsonl, when asked for
+
+    @property
+    def state(self) -> str:
+        """warming | running | exited | aborting | aborted | stalled | failed-before-start | lost."""
+        if self.abort is not None:
+            if self.abort_done is None and self.session_alive:
+                return "aborting"
+            return "stalled" if self.abort.get("reason") == "stall" else "aborted"
+        if self.exit_code is not None:
+            return "exited"
+        if self.session_alive:
+            return "running"
+        if self.meta.get("phase") in ("preflight", "warmup"):
+            return "warming" if self.meta.get("launcher_alive") else "failed-before-start"
+        if self.meta.get("phase") in ("warmup-failed", "start-failed", "interrupted", "connection-lost"):
+            return "failed-before-start"
+        return "lost"
+
+    @property
+    def watchdog_age(self) -> float | None:
+        """Seconds since the watchdog's last heartbeat (the target's clock); None when it never wrote one."""
+        ts = (self.watchdog or {}).get("ts")
+        if not isinstance(ts, (int, float)) or self.remote_now is None:
+            return None
+        return max(0.0, self.remote_now - ts)
+
+    @property
+    def watchdog_alive(self) -> bool:
+        from gpuops.agent.protocol import HEARTBEAT_STALE
+
+        age = self.watchdog_age
+        fresh = age is not None and age < HEARTBEAT_STALE
+        return fresh and self.watchdog_running and (self.watchdog or {}).get("state") != "done"
+
+    @property
+    def alive(self) -> bool:
+        return self.session_alive or self.state == "warming"
+
+    @property
+    def seconds_since_log(self) -> float | None:
+        if self.log_mtime is None or self.remote_now is None:
+            return None
+        return max(0.0, self.remote_now - self.log_mtime)
+
+    def outcome_code(self) -> int | None:
+        """The exit code gpuops reports for this run once it has ended (the target's one mapping)."""
+        from gpuops.agent.records import outcome
+
+        if self.abort is None and self.exit_code is None:
+            return None
+        code_text = None if self.exit_code is None else str(self.exit_code)
+        return outcome(code_text, self.abort, self.session_alive)[1]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.run_id,
+            "session": self.session,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "started_at": self.meta.get("started_at"),
+            "playbook": self.meta.get("playbook"),
+            "seconds_since_log": self.seconds_since_log,
+            "log_bytes": self.log_size,
+            "abort": self.abort,
+            "stopped_by": (self.abort or {}).get("by"),
+            "last_match": (self.abort or {}).get("rule") or self.meta.get("last_match"),
+            "watchdog": None if self.watchdog is None else {
+                "alive": self.watchdog_alive,
+                "heartbeat_age": None if self.watchdog_age is None else round(self.watchdog_age, 1),
+                "state": self.watchdog.get("state"),
+                "restarts": self.watchdog.get("restarts"),
+                "disabled_rules": self.watchdog.get("disabled_rules") or [],
+            },
+            "telemetry": (self.watchdog or {}).get("telemetry"),
+        }
+
+
+def dumps(record: dict[str, Any]) -> str:
+    """A record as one line of JSON (so it can travel inside a shell word)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))

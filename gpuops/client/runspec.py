@@ -1,0 +1,139 @@
+"""What a run directory is made of, built from the playbook: meta.json, env.sh, the workdir, watch.json.
+
+Sent to the target's `prepare` tool as one JSON document on stdin, so env values of any size
+travel without the argv limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+from gpuops.command import Secret, Script, export
+from gpuops.client.job import Job, holder_id
+from gpuops.client.runs import dumps
+
+
+def meta(job: Job, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
+    """The run's description (secrets masked), read back by status, logs, runs and the profile."""
+    pb = job.playbook
+    return {
+        "id": run_id,
+        "playbook": pb.name,
+        "playbook_path": pb.path,
+        "session": job.session,
+        "target": job.target.name,
+        "ctid": job.target.ctid,
+        "command": job.mask(pb.launch.command),
+        "workdir": pb.workdir,
+        "env": {v.name: "***" if v.secret else _shown_value(v.value) for v in pb.env},
+        "gpus": list(job.run_gpus),
+        "phase": phase,
+        "launched_by": holder_id(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **extra,
+    }
+
+
+#: Longer env values are shown shortened in meta.json (the run gets them whole, through env.sh).
+SHOWN_VALUE = 1024
+
+
+def _shown_value(value: str) -> str:
+    if len(value) <= SHOWN_VALUE:
+        return value
+    return value[: SHOWN_VALUE - 64] + f"... ({len(value)} characters; the run gets them all)"
+
+
+def env_script(job: Job) -> Script:
+    """Exports of the playbook's env (secrets stay Secret: they render as *** when shown)."""
+    pb = job.playbook
+    lines = []
+    names = {v.name for v in pb.env}
+    if job.local and "PATH" not in names:
+        lines.append(export("PATH", os.environ.get("PATH", "/usr/bin:/bin")))
+    if "PYTHONUNBUFFERED" not in names:
+        lines.append(export("PYTHONUNBUFFERED", "1"))
+    if getattr(pb.watch, "recompiles", False):
+        torch_logs = next((v.value for v in pb.env if v.name == "TORCH_LOGS"), "")
+        if "recompiles" not in torch_logs.split(","):
+            lines.append(export("TORCH_LOGS", ",".join(filter(None, [torch_logs, "recompiles"]))))
+    for var in pb.env:
+        if var.name == "TORCH_LOGS" and getattr(pb.watch, "recompiles", False):
+            continue
+        lines.append(export(var.name, Secret(var.value) if var.secret else var.value))
+    return Script(*lines)
+
+
+def workdir(job: Job) -> str:
+    """Where warmup and training run, as sh/common.sh's enter_workdir reads it."""
+    pb = job.playbook
+    if job.local:
+        base = os.path.dirname(pb.path)
+        return os.path.normpath(os.path.join(base, os.path.expanduser(pb.workdir or ".")))
+    wd = pb.workdir or ""
+    if not wd or wd == "~" or wd.startswith("~/") or wd.startswith("/"):
+        return wd
+    # A relative path is taken from the home dir as written: "./" keeps bash's cd from reading
+    # "-" as $OLDPWD and from searching $CDPATH.
+    return "./" + wd
+
+
+def plain(value: Any) -> Any:
+    """A config dataclass as JSON (None stays None)."""
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+def _detector(value: Any) -> Any:
+    """A detector's settings, or None when it is off."""
+    settings = plain(value)
+    if not settings or settings.get("action") == "off":
+        return None
+    return settings
+
+
+def watch_config(job: Job, run_id: str) -> dict[str, Any]:
+    """watch.json: everything the watchdog (or a client taking over) needs to watch and stop the run."""
+    pb, w = job.playbook, job.playbook.watch
+    auto = getattr(w, "stall_auto", None)
+    env = {v.name: v.value for v in pb.env if not v.secret}
+    return {
+        "run": run_id,
+        "playbook": pb.name,
+        "session": job.session,
+        "gpus": list(job.run_gpus),
+        "max_memory_used_mib": pb.preflight.max_memory_used_mib,
+        "abort": {"signal": pb.abort.signal, "grace": pb.abort.grace},
+        "builtin": w.builtin,
+        "builtin_rules": dict(getattr(w, "builtin_rules", ()) or ()),
+        "rules": [{"name": r.name, "pattern": r.pattern, "action": r.action} for r in w.rules],
+        "stall": {"timeout": w.stall_timeout, "auto": plain(auto)},
+        "sample_interval": getattr(w, "sample_interval", 2.0),
+        "throughput": _detector(getattr(w, "throughput", None)),
+        "gpu_memory": _detector(getattr(w, "gpu_memory", None)),
+        "compile_after_warmup": _detector(getattr(w, "compile_after_warmup", None)),
+        "recompiles": getattr(w, "recompiles", False),
+        "env": env,
+        "secrets": list(pb.secrets),
+    }
+
+
+def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
+    """The JSON document `prepare` reads on stdin; `shown`: as a dry run prints it, every secret masked
+    before it is quoted or JSON-escaped (either respells a value holding ' or ")."""
+    watch = watch_config(job, run_id)
+    env = env_script(job).render(display=shown, mask=job.mask if shown else None) + "\n"
+    command = job.playbook.launch.command
+    if shown:
+        watch["secrets"] = ["***" for _ in watch["secrets"]]
+        command = job.mask(command)
+    return dumps({
+        "session": job.session,
+        "meta": meta(job, run_id, "warmup"),
+        "env": env,
+        "command": command,
+        "workdir": workdir(job),
+        "watch": watch,
+    }).encode()

@@ -1,0 +1,158 @@
+"""Status of many targets in parallel: one round trip each, one dead host never hides the others."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.command import Cmd, Raw, Script, bash
+from gpuops.client import tools
+from gpuops.client.remote import run_tool
+from gpuops.config.model import Inventory, Target
+from gpuops.errors import GpuopsError
+from gpuops.client.probe import MARK, Probe, parse_probe
+from gpuops.transport import Pool
+from gpuops.transport.base import Result
+from gpuops.transport.pct import PctTransport, parse_pct_status
+
+MAX_PARALLEL = 8
+
+
+@dataclass
+class TargetStatus:
+    target: str
+    host: str
+    ctid: int | None
+    reachable: bool = False
+    error: str | None = None
+    error_code: int | None = None
+    hint: str | None = None
+    container: str | None = None
+    probe: Probe | None = None
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        probe = self.probe
+        # The contract's `run` key where a run exists: the newest (run ids start with their start time).
+        runs = sorted(s.run.run_id for s in probe.sessions.values() if s.run) if probe else []
+        return {
+            "target": self.target,
+            **({"run": runs[-1]} if runs else {}),
+            "host": self.host,
+            "ctid": self.ctid,
+            "reachable": self.reachable,
+            "error": self.error,
+            "hint": self.hint,
+            "container": self.container,
+            "nvidia_smi": probe.smi if probe else None,
+            "nvidia_smi_error": probe.smi_error if probe else None,
+            "gpus": _gpus_json(probe) if probe else [],
+            "sessions": [
+                {
+                    "session": s.session,
+                    "alive": s.alive,
+                    "launch_in_progress": s.locked_by,
+                    "run": s.run.as_json() if s.run else None,
+                }
+                for s in (probe.sessions.values() if probe else [])
+            ],
+        }
+
+
+#: The memory history `status` shows: the last minutes of the live runs' samples.
+HISTORY_SECONDS = 300.0
+
+
+def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
+    """Per GPU: its memory over the last minutes from the samples of the live run using it, and the
+    swing that run's watchdog counts as volatile."""
+    from gpuops.agent.telemetry import parse_lines
+
+    out: dict[int, tuple[list[int | None], float]] = {}
+    for s in probe.sessions.values():
+        run = s.run
+        if run is None or not run.samples_text or not s.alive:
+            continue
+        samples = parse_lines(run.samples_text)
+        if samples:
+            recent = [x for x in samples if x.t >= samples[-1].t - HISTORY_SECONDS]
+            swing = float(((run.watchdog or {}).get("telemetry") or {}).get("max_swing_mib") or 2048)
+            for gpu in sorted({g for x in recent for g in x.gpus}):
+                out[gpu] = ([x.memory(gpu) for x in recent], swing)
+    return out
+
+
+def _gpus_json(probe: Probe) -> list[dict[str, Any]]:
+    """Each GPU, with its memory over the last minutes where a live run samples it."""
+    history = memory_history(probe)
+    out = []
+    for g in probe.gpus:
+        row = g.as_json()
+        if g.index in history:
+            series, swing = history[g.index]
+            known = [v for v in series if v is not None]
+            row.update(memory_history_mib=series,
+                       memory_shape="volatile" if known and max(known) - min(known) > swing else "flat")
+        out.append(row)
+    return out
+
+
+def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tuple[str, ...] | None) -> TargetStatus:
+    """Everything about one target in one round trip (pct status and pct exec in one host script)."""
+    status = TargetStatus(target.name, target.host, target.ctid)
+    started = time.monotonic()
+    transport = pool.target(target)
+    timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
+    try:
+        probe_cmd = tools.probe(sessions, samples=True)
+        if isinstance(transport, PctTransport):
+            # Happy path: one pct call, as cheap as a raw `pct exec`; `pct status` only when exec failed.
+            ct = str(target.ctid)
+            host_script = Script(
+                Cmd("pct", "exec", ct, "--", *probe_cmd.argv) + [Raw("2>&1")],
+                "rc=$?",
+                f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
+            )
+            result = run_tool(transport, bash(host_script), timeout=timeout, label=target.name, via=transport.inner)
+            status.reachable = True
+            status.container = _container_state(result.out)
+            if status.container == "running":
+                status.probe = parse_probe(result.out)
+        else:
+            result = run_tool(transport, probe_cmd, timeout=timeout, label=target.name)
+            status.reachable = True
+            status.probe = parse_probe(result.out)
+    except GpuopsError as exc:
+        status.error = str(exc)
+        status.error_code = exc.exit_code
+        status.hint = exc.hint
+    status.seconds = time.monotonic() - started
+    return status
+
+
+def _container_state(out: str) -> str:
+    """`running` when the probe ran inside; else what `pct status` said after the failed exec."""
+    lines = out.splitlines()
+    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
+    if not failed:
+        return "running"
+    after = lines[failed[0] + 1 :]
+    said = "\n".join(ln for ln in after if not ln.startswith(MARK))
+    rc = next((int(ln.split()[-1]) for ln in after if ln.startswith(MARK + "pct_rc")), 1)
+    state = parse_pct_status(Result(rc, said.encode(), said.encode()))  # pct's stdout and stderr were merged
+    if state == "running":  # pct status says running, yet pct exec failed
+        return "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
+    return state
+
+
+def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:
+    """Probe every target, at most MAX_PARALLEL at a time; results in the order asked."""
+    if len(targets) == 1:
+        return [probe_target(pool, inventory, targets[0], sessions)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as ex:
+        futures = [ex.submit(probe_target, pool, inventory, t, sessions) for t in targets]
+        return [f.result() for f in futures]

@@ -1,0 +1,65 @@
+"""The commands gpuops sends to a target, as values: each runs one shipped tool (gpuops/agent)."""
+
+from __future__ import annotations
+
+from gpuops.command import Cmd, Script, bash
+from gpuops.client.ship import python_tool, shell_tool
+from gpuops.agent.smi import sample_argv
+
+
+def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False) -> Cmd:
+    """Clock, GPUs, tools, and each session's run (None: every session gpuops knows there)."""
+    return shell_tool("probe", *(["-s"] if samples else []), *(sessions or ()))
+
+
+def lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
+    """The launch lock of the session and its GPUs, held while heartbeats come on stdin."""
+    return shell_tool("lock", session, holder, *map(str, gpus))
+
+
+def forget_lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
+    """Take a launcher's name off its lock files (its connection, and so its lock holder, is gone)."""
+    return shell_tool("lock", "--forget", session, holder, *map(str, gpus))
+
+
+def reap(run_id: str) -> Cmd:
+    """Kill every process of the run that is left."""
+    return shell_tool("kill_marked", run_id)
+
+
+def warmup(run_id: str, gpu: int, command: str) -> Cmd:
+    return shell_tool("warmup", run_id, str(gpu), command)
+
+
+def prepare(run_id: str) -> Cmd:
+    """Create the run directory from the JSON spec sent on stdin."""
+    return python_tool("prepare", run_id)
+
+
+def record(run_id: str, name: str) -> Cmd:
+    """Rewrite one JSON record of the run (sent on stdin)."""
+    return python_tool("record", run_id, name)
+
+
+def start(run_id: str) -> Cmd:
+    """Start the watchdog, then training in tmux."""
+    return python_tool("start", run_id)
+
+
+def abort(run_id: str, by: str) -> Cmd:
+    """The one abort sequence (the record on stdin); waits for it to finish."""
+    return python_tool("abort", run_id, by)
+
+
+def follow(run_id: str, session: str, offset: int, inode: int, tail: int, once: bool, events_offset: int) -> Cmd:
+    return python_tool("follow", run_id, session, str(offset), str(inode), str(tail), "1" if once else "0",
+                       str(events_offset))
+
+
+def runs(limit: int) -> Cmd:
+    return python_tool("runs", str(limit))
+
+
+def gpu_memory(gpus: tuple[int, ...]) -> Cmd:
+    """Memory used and utilisation of some GPUs, one `index, MiB, %` line each (bash says so if nvidia-smi is missing)."""
+    return bash(Script(Cmd(*sample_argv(gpus))))

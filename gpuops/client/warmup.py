@@ -1,0 +1,153 @@
+"""Warmup: one GPU after another; the next starts only when the last exited 0 and its memory drained."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import re
+
+from gpuops.errors import ConnectError, RunStopped, WarmupFailed
+from gpuops.client import tools
+from gpuops.client.stop_call import reap
+from gpuops.client.events import Event
+from gpuops.client.job import Job
+from gpuops.agent import protocol as p
+from gpuops.agent.smi import SmiError, parse_sample
+
+TAIL_LINES = 30
+STOPPED_LINE = p.mark("stopped").encode()
+
+
+class WarmupConnectionLost(ConnectError):
+    """The connection dropped during a warmup: the warmup was stopped, training not started."""
+
+
+def render_warmup_command(template: str, gpu: int) -> str:
+    """Replace {gpu} in one left-to-right pass; {{ and }} are literal braces."""
+    return re.sub(r"\{\{|\}\}|\{gpu\}", lambda m: {"{{": "{", "}}": "}"}.get(m.group(0), str(gpu)), template)
+
+
+def warmup_command(job: Job, run_id: str, gpu: int):
+    assert job.playbook.warmup is not None
+    return tools.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+
+
+class WarmupError(WarmupFailed):
+    """A GPU's warmup failed; carries the output tail."""
+
+    def __init__(self, message: str, gpu: int, tail: list[str]) -> None:
+        super().__init__(message, hint="fix the warmup command (it runs before training; training was not started)")
+        self.gpu = gpu
+        self.tail = tail
+        self.timed_out_by_deadline = False
+
+
+def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iterator[Event]:
+    """Yield warmup events; raise WarmupError on a failure (after killing the warmup's processes)."""
+    warmup = job.playbook.warmup
+    if warmup is None:
+        return
+    durations: dict[int, float] = {}
+    for gpu in warmup.gpus:
+        started = time.monotonic()
+        yield Event("warmup_start", job.target.name, run_id, {"gpu": gpu})
+        tail: list[str] = []
+        budget = warmup.timeout if deadline is None else min(warmup.timeout, max(0.0, deadline - started))
+        try:
+            yield from _run_one(job, run_id, gpu, budget, tail)
+        except WarmupError as exc:
+            exc.timed_out_by_deadline = budget < warmup.timeout and "timed out" in str(exc)
+            raise
+        yield from _drain(job, run_id, gpu, warmup.drain_timeout, tail)
+        durations[gpu] = round(time.monotonic() - started, 3)
+        yield Event("warmup_done", job.target.name, run_id, {"gpu": gpu, "seconds": durations[gpu]})
+
+
+def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
+    stream = job.open(warmup_command(job, run_id, gpu))
+    deadline = time.monotonic() + timeout
+    pending = b""
+    code: int | None = None
+    stopped = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            chunk = stream.read(min(left, 1.0))
+            if chunk is None:
+                continue
+            if chunk == b"":
+                code = stream.wait(min(max(left, 0.1), 30.0))
+                break
+            pending += chunk
+            *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+            for raw in lines:
+                if raw == STOPPED_LINE:
+                    stopped = True
+                    continue
+                line = job.mask(raw.decode("utf-8", "replace"))
+                tail.append(line)
+                del tail[:-TAIL_LINES]
+                yield Event("warmup_output", job.target.name, run_id, {"gpu": gpu, "line": line})
+        if pending:
+            tail.append(job.mask(pending.decode("utf-8", "replace")))
+        lost = code is not None and code < 0 and stream.connection_lost()
+    finally:
+        stream.close()
+    if code == 0:
+        return
+    if lost:
+        # Not the warmup's failure: the link dropped. Stop the warmup there (through a new connection).
+        reap(job, run_id)
+        raise WarmupConnectionLost(
+            job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
+            "training was not started", hint="check the network to the host, then launch again")
+    _kill(job, run_id, gpu)
+    if stopped or code == p.STOPPED_EXIT:
+        raise RunStopped(f"{job.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
+    if code is None:
+        raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
+    raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
+
+
+def _kill(job: Job, run_id: str, gpu: int) -> None:
+    """Kill the warmup's whole process tree, found by the run's marker.
+
+    GPUOPS_PHASE=warmup-N names no run: another launch warming the same GPU index on this
+    target (another session) would be killed too. During warmup only warmup processes carry
+    the run's id, so the run marker finds exactly this warmup (and children it detached).
+    """
+    reap(job, run_id, persistent=False)
+
+
+def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
+    """Wait until the GPU's memory is back under the preflight threshold."""
+    limit = job.playbook.preflight.max_memory_used_mib
+    deadline = time.monotonic() + drain_timeout
+    used: int | None = None
+    announced = False
+    while True:
+        result = job.run(tools.gpu_memory((gpu,)))
+        if result.exit_code != 0:
+            if "not found" in result.err or result.exit_code == 127:
+                return  # no nvidia-smi on this target (the local demo): nothing to drain
+            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {result.err.strip()}", gpu, tail)
+        try:
+            used = parse_sample(result.out).get(gpu, (None, None))[0]
+        except SmiError as exc:
+            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {exc}", gpu, tail) from None
+        if used is None or used <= limit:
+            return
+        if time.monotonic() >= deadline:
+            _kill(job, run_id, gpu)
+            raise WarmupError(
+                f"{job.target.name}: GPU {gpu} memory did not drain after its warmup ({used} MiB > {limit} MiB after {drain_timeout:g}s)",
+                gpu,
+                tail,
+            )
+        if not announced:
+            announced = True
+            yield Event("warmup_draining", job.target.name, run_id, {"gpu": gpu, "memory_used_mib": used})
+        time.sleep(0.25)

@@ -1,0 +1,137 @@
+"""gpuops/agent is what runs on the target: standard library only, shipped as files, Python >= 3.8.
+
+Proved two ways: every import in the folder is a relative one or a standard-library module, and a
+copy of the folder, renamed as it is on a target (gpuops_agent), imports and matches a real log on
+the oldest Python we support there, started without site-packages (-S), so nothing else could help.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = REPO / "gpuops" / "agent"
+OLDEST = (3, 8)  # Ubuntu 20.04; Debian 11 ships 3.9
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in TARGET.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _absolute_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_target_folder_imports_only_the_standard_library_and_itself() -> None:
+    stdlib = set(sys.stdlib_module_names)
+    outside = {str(p.relative_to(REPO)): sorted(_absolute_imports(p) - stdlib - {"__future__"}) for p in _modules()}
+    assert {k: v for k, v in outside.items() if v} == {}
+
+
+def oldest_python() -> str | None:
+    """A Python 3.8 interpreter that runs: one of pyenv's, or python3.8 on PATH (a pyenv shim may not run)."""
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8.*/bin/python3.8")))
+    candidates += [p for p in (shutil.which("python3.8"),) if p]
+    for candidate in candidates:
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == "(3, 8)":
+            return candidate
+    return None
+
+
+def shipped_copy(tmp: Path) -> Path:
+    """The folder as a target has it: ~/.gpuops/lib/<hash>/gpuops_agent."""
+    dest = tmp / "gpuops_agent"
+    shutil.copytree(TARGET, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp
+
+
+def test_every_module_imports_and_matches_a_real_log_on_python_3_8(tmp_path: Path) -> None:
+    python = oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8 here (pyenv or python3.8 on PATH) to prove the oldest supported target")
+    lib = shipped_copy(tmp_path)
+    modules = [".".join(("gpuops_agent", *p.relative_to(TARGET).with_suffix("").parts)).removesuffix(".__init__")
+               for p in _modules()]
+    log = REPO / "tests" / "data" / "real_h200" / "fx-race.log"
+    program = (
+        f"import sys; sys.path.insert(0, {str(lib)!r}); import importlib\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "from gpuops_agent.signatures import Matcher, builtin_rules\n"
+        "m = Matcher(builtin_rules())\n"
+        f"hits = m.feed(open({str(log)!r}, 'rb').read()) + m.finish()\n"
+        "print(sys.version_info[:2], sorted({h.rule for h in hits}))\n"
+    )
+    result = subprocess.run([python, "-E", "-s", "-S", "-c", program], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(3, 8) ['fx-tracing-race']"
+
+
+SH = TARGET / "sh"
+
+
+def test_the_shell_tools_are_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed here (.ci/run installs it)")
+    scripts = sorted(str(p) for p in SH.glob("*.sh"))
+    assert len(scripts) >= 5
+    result = subprocess.run([shellcheck, "-x", "-P", str(SH), *scripts], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
+    """A marker is spelled in protocol.py and printed by a tool: one home for the wire protocol."""
+    import re
+
+    from gpuops.agent import protocol
+
+    printed: set[str] = set()
+    for path in sorted((REPO / "gpuops").rglob("*")):
+        if path.suffix in (".sh", ".py") and "__pycache__" not in path.parts and path.name != "protocol.py":
+            printed.update(re.findall(r"@@gpuops ([a-z_-]+)", path.read_text()))
+            for key in re.findall(r"""\bmark\(\s*["']([a-z_-]+)["']""", path.read_text()):
+                printed.add(key)
+    assert printed, "no marker found: the pattern is wrong"
+    assert printed - protocol.MARKS == set()
+    assert "need-lib" in printed and "locked-ok" in printed and "survivors" in printed
+
+
+def test_no_program_is_written_inside_a_string() -> None:
+    """What runs on the target is a file: gpuops' own modules hold no `python3 -c` program and no
+    script of more than a few lines (the bootstrap that finds the shipped files is three)."""
+    import re
+
+    for path in sorted((REPO / "gpuops").rglob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"python3?['\"]?,\s*['\"]-c['\"]", text), path
+        assert 'REMOTE_FOLLOWER' not in text, path
+
+
+@pytest.mark.parametrize("name", ["d\n", "a b\n\n", "-x", "~x", " lead", "tab\t"])
+def test_run_sh_enters_a_workdir_named_exactly_as_written(tmp_path: Path, name: str) -> None:
+    """A name ending in newlines is its own directory: $( ) would strip them and cd elsewhere (found by hypothesis)."""
+    home, run = tmp_path / "home", tmp_path / "run"
+    (home / name).mkdir(parents=True)
+    (home / name.rstrip("\n")).mkdir(exist_ok=True)  # the wrong directory, there to be entered by mistake
+    run.mkdir()
+    (run / "workdir").write_bytes(name.encode())
+    script = f'. {TARGET / "sh" / "common.sh"}; D="$1"; enter_workdir || exit 9; pwd; printf x'
+    done = subprocess.run(["bash", "-c", script, "bash", str(run)], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout[:-len("\nx")] == str(home / name)
