@@ -10,6 +10,7 @@ For checking gpuops' watchdog and quiet-failure detectors against real PyTorch o
     python3 tools/real_drafter.py train --shapes 1024,2048,4096    # shapes the warmup missed: compiles now
     python3 tools/real_drafter.py train --fx-race ...              # the FX-tracing race after a few steps
     python3 tools/real_drafter.py train --cold --hang-dump 90      # cold-cache compile in 3 threads at once
+    python3 tools/real_drafter.py train --module --steps 20         # each thread trains its own compiled nn.Module
 
 Every second the main thread prints `step N loss X tok/s Y` (tokens of all threads over that second).
 """
@@ -47,6 +48,38 @@ def _step(attn, qkv) -> float:
     return float(loss.detach())
 
 
+def _drafter_module(device: str, heads: int, dim: int):
+    """A small drafter block (Linear + flex_attention), compiled as a module with nn.Module.compile()."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(dim, 3 * dim)
+
+        def forward(self, x):
+            q, k, v = self.proj(x).chunk(3, dim=-1)
+            return flex_attention(q.contiguous(), k.contiguous(), v.contiguous())
+
+    cuda = device.startswith("cuda")
+    block = Block().to(device=device, dtype=torch.bfloat16 if cuda else torch.float32)
+    block.compile()
+    return block, torch.optim.SGD(block.parameters(), lr=1e-3)
+
+
+def _train_module(block, opt, shape: int, device: str, heads: int, dim: int) -> float:
+    import torch
+
+    cuda = device.startswith("cuda")
+    x = torch.randn(4, heads, shape, dim, device=device, dtype=torch.bfloat16 if cuda else torch.float32)
+    loss = block(x).float().pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
 def warmup(args: argparse.Namespace) -> int:
     """One thread compiles flex_attention forward and backward for every shape, one after another."""
     attn = _attention(eager=False)
@@ -62,6 +95,7 @@ class Counter:
     def __init__(self) -> None:
         self.tokens = 0
         self.loss = 0.0
+        self.finished = 0  # drafter threads that ran all their --steps
         self.lock = threading.Lock()
 
     def add(self, tokens: int, loss: float) -> None:
@@ -69,16 +103,26 @@ class Counter:
             self.tokens += tokens
             self.loss = loss
 
+    def done(self, index: int, steps: int) -> None:
+        with self.lock:
+            self.finished += 1
+        print(f"drafter-{index + 1}: {steps} steps done", flush=True)
+
 
 def _drafter(args: argparse.Namespace, attn, counter: Counter, stop: threading.Event, index: int) -> None:
     """Steps over the shapes in turn until told to stop (an exception kills this thread only, as in the incident)."""
     shapes = args.shapes
     i = index
-    while not stop.is_set():
+    module = _drafter_module(args.device, args.heads, args.dim) if args.module else None
+    while not stop.is_set() and (not args.steps or i - index < args.steps):
         shape = shapes[i % len(shapes)]
         i += 1
-        loss = _step(attn, _qkv(shape, args.device, args.heads, args.dim))
+        if module is not None:
+            loss = _train_module(*module, shape, args.device, args.heads, args.dim)
+        else:
+            loss = _step(attn, _qkv(shape, args.device, args.heads, args.dim))
         counter.add(4 * shape, loss)
+    counter.done(index, i - index)
 
 
 def _fx_race(attn) -> None:
@@ -97,9 +141,9 @@ def _fx_race(attn) -> None:
 def train(args: argparse.Namespace) -> int:
     if args.hang_dump:
         faulthandler.dump_traceback_later(args.hang_dump, exit=False)
-    attn = _attention(eager=args.eager)
+    attn = None if args.module else _attention(eager=args.eager)
     counter, stop = Counter(), threading.Event()
-    threads = [threading.Thread(target=_drafter, args=(args, attn if args.shared else _attention(args.eager), counter,
+    threads = [threading.Thread(target=_drafter, args=(args, attn if args.shared or args.module else _attention(args.eager), counter,
                                                        stop, i), name=f"drafter-{i + 1}", daemon=True)
                for i in range(args.threads)]
     for t in threads:
@@ -118,11 +162,16 @@ def train(args: argparse.Namespace) -> int:
         if args.fx_race and step == args.fx_race:
             _fx_race(attn)
         if not any(t.is_alive() for t in threads):
+            if args.steps:  # every thread ran its steps: the run is complete
+                break
             print("all drafter threads died", flush=True)
             return 1
     stop.set()
     for t in threads:
         t.join(60)
+    if args.steps and counter.finished < len(threads):
+        print(f"only {counter.finished} of {len(threads)} drafter threads finished their steps", flush=True)
+        return 1
     print(f"done: {step} steps", flush=True)
     return 0
 
@@ -144,6 +193,8 @@ def main(argv: list[str]) -> int:
             p.add_argument("--fx-race", type=int, default=0, help="start the FX-tracing race at this step")
             p.add_argument("--cold", action="store_true", help="(documentation) run with an empty inductor cache")
             p.add_argument("--hang-dump", type=float, default=0.0, help="faulthandler dumps the stacks after N s")
+            p.add_argument("--module", action="store_true", help="each thread trains its own nn.Module.compile()d block")
+            p.add_argument("--steps", type=int, default=0, help="each thread runs this many steps, then the run ends (0: --seconds)")
     args = ap.parse_args(argv)
     return warmup(args) if args.cmd == "warmup" else train(args)
 

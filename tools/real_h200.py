@@ -2,7 +2,8 @@
 real sshd, the test bench's) and `pct exec` (the bench's stand-in) into a fake CT 200 whose processes
 are real: the REAL nvidia-smi, the REAL python3 with torch, the watchdog beside the run.
 
-    python3 tools/real_h200.py OUTDIR [CASE ...]      (cases: baseline eager eager-race compile detach deadlock)
+    python3 tools/real_h200.py OUTDIR [CASE ...]      (cases: baseline eager eager-race compile detach deadlock
+                                                       guard guard-module restart guard-cost)
 
 Run on the GPU machine after tools/device_setup.sh. Each case leaves OUTDIR/<case>/: gpuops' JSON
 events, the run directory's records (events.jsonl, abort.json, profile.json, samples, the log).
@@ -76,17 +77,19 @@ def case_smoke(work: Path, inv: Path, fake: FakeProxmox) -> None:
 
 
 def playbook(work: Path, case: str, name: str, train: str, *, warm: str | None = "2048", env: dict | None = None,
-             **watch: object) -> Path:
+             launch: dict | None = None, restart: dict | None = None, **watch: object) -> Path:
     data: dict = {
         "name": name,
         "target": "ct200",
         "workdir": str(ROOT),
         "env": {"TORCHINDUCTOR_CACHE_DIR": WARM_CACHE, "PYTHONUNBUFFERED": "1", **(env or {})},
         "preflight": {"gpus": [0], "max_memory_used_mib": 2000},
-        "launch": {"session": f"real-{case}", "command": f"{DRAFTER} train {train}"},
+        "launch": {"session": f"real-{case}", "command": f"{DRAFTER} train {train}", **(launch or {})},
         "watch": {**FAST_WATCH, **watch},
         "abort": {"signal": "INT", "grace": 15},
     }
+    if restart:
+        data["restart"] = restart
     if warm:
         data["warmup"] = {"gpus": [0], "command": f"{DRAFTER} warmup --shapes {warm}", "timeout": 600}
     path = work / f"{case}.yaml"
@@ -113,6 +116,8 @@ def keep(fake: FakeProxmox, session: str, dest: Path, result: subprocess.Complet
         for item in src.iterdir():
             if item.is_file() and item.name not in ("env.sh",):
                 shutil.copy(item, dest / item.name)
+            elif item.is_dir():  # earlier attempts' records
+                shutil.copytree(item, dest / item.name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("env.sh"))
 
 
 def case_baseline(work: Path, inv: Path, fake: FakeProxmox) -> None:
@@ -163,6 +168,77 @@ def case_deadlock(work: Path, inv: Path, fake: FakeProxmox) -> None:
     run(work, inv, fake, "deadlock", pb, "launch", "--json", "--yes")
 
 
+def _cold(case: str) -> str:
+    """An empty inductor (and triton) cache of the case's own: every compile happens during the run."""
+    cold = f"/tmp/gpuops-real-inductor-cold-{case}-{os.getpid()}"
+    shutil.rmtree(cold, ignore_errors=True)
+    return cold
+
+
+COLD_THREE = "--shapes 2048 --threads 3 --steps 5 --seconds 400 --hang-dump 150"
+COLD_WATCH = {"stall_timeout": "auto", "stall_auto": {"initial": 60, "settle": 30, "floor": 20}, "gpu_memory": False}
+
+
+def detached(work: Path, inv: Path, fake: FakeProxmox, case: str, pb: Path) -> None:
+    """`launch --detach`, nobody attached; status polled while it runs (the guard's counts), then `logs -f` to its end."""
+    started = time.time()
+    first = gpuops("launch", "--detach", "--json", "--yes", "-i", str(inv), "-p", str(pb))
+    session = f"real-{case}"
+    seen: list[str] = []
+
+    def ended() -> bool:
+        seen.append(gpuops("status", "--json", "-i", str(inv), "-p", str(pb)).stdout)
+        return fake.tmux(CT, "has-session", "-t", f"={session}").returncode != 0
+
+    wait_until(ended, timeout=600, interval=3.0, message=f"the detached {case} run to end")
+    after = gpuops("logs", "-f", "--json", "-i", str(inv), "-p", str(pb))
+    keep(fake, session, work / case, after, started)
+    (work / case / "launch.jsonl").write_text(first.stdout + first.stderr)
+    (work / case / "status.jsonl").write_text("".join(seen))
+    summary = after.stdout.strip().splitlines()[-1] if after.stdout.strip() else after.stderr[-500:]
+    print(f"## {case}: detached, logs -f exit {after.returncode} after {time.time() - started:.0f}s: {summary[:600]}",
+          flush=True)
+
+
+def case_guard(work: Path, inv: Path, fake: FakeProxmox) -> None:
+    """The deadlock case's workload (cold caches, three threads first-calling their own compiled
+    flex_attention fwd+bwd at once), with `launch.compile_guard: true`: it must complete."""
+    cold = _cold("guard")
+    pb = playbook(work, "guard", "dflash-guard", COLD_THREE, warm=None,
+                  env={"TORCHINDUCTOR_CACHE_DIR": cold, "TRITON_CACHE_DIR": cold + "/triton"},
+                  launch={"compile_guard": True}, **COLD_WATCH)
+    detached(work, inv, fake, "guard", pb)
+
+
+def case_guard_module(work: Path, inv: Path, fake: FakeProxmox) -> None:
+    """Three threads each training their own nn.Module.compile()d block (Linear + flex_attention, SGD), cold."""
+    cold = _cold("module")
+    pb = playbook(work, "guard-module", "dflash-module", "--module --threads 3 --steps 20 --seconds 400 --hang-dump 150",
+                  warm=None, env={"TORCHINDUCTOR_CACHE_DIR": cold, "TRITON_CACHE_DIR": cold + "/triton"},
+                  launch={"compile_guard": True}, **COLD_WATCH)
+    run(work, inv, fake, "guard-module", pb, "launch", "--json", "--yes")
+
+
+def case_restart(work: Path, inv: Path, fake: FakeProxmox) -> None:
+    """The same cold three-thread run WITHOUT the guard: stopped (stall), then restarted by the watchdog with
+    the guard, nobody attached, and completed."""
+    cold = _cold("restart")
+    pb = playbook(work, "restart", "dflash-restart", COLD_THREE, warm=None,
+                  env={"TORCHINDUCTOR_CACHE_DIR": cold, "TRITON_CACHE_DIR": cold + "/triton"},
+                  restart={"max": 2, "on": ["stall", "fx-tracing-race", "fx-patcher-race"], "compile_guard": True,
+                           "delay": 2},
+                  **COLD_WATCH)
+    detached(work, inv, fake, "restart", pb)
+
+
+def case_guard_cost(work: Path, inv: Path, fake: FakeProxmox) -> None:
+    """The guard's cost per cached call of a compiled function, against the bare compiled call, on this GPU."""
+    r = subprocess.run([PY, str(ROOT / "benchmarks" / "bench_compile_guard.py"), "--real"], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    (work / "guard-cost.txt").write_text(r.stdout + r.stderr + f"\n## exit {r.returncode}\n")
+    print(r.stdout + r.stderr[-2000:], flush=True)
+
+
 def run(work: Path, inv: Path, fake: FakeProxmox, case: str, pb: Path, *args: str) -> None:
     started = time.time()
     result = gpuops(*args, "-i", str(inv), "-p", str(pb))
@@ -172,7 +248,8 @@ def run(work: Path, inv: Path, fake: FakeProxmox, case: str, pb: Path, *args: st
 
 
 CASES = {"smoke": case_smoke, "baseline": case_baseline, "eager": case_eager, "eager-race": case_eager_race, "compile": case_compile,
-         "detach": case_detach, "deadlock": case_deadlock}
+         "detach": case_detach, "deadlock": case_deadlock, "guard": case_guard, "guard-module": case_guard_module,
+         "restart": case_restart, "guard-cost": case_guard_cost}
 
 
 def _pack(out: Path, work: Path) -> None:
