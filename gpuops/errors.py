@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 
 class ExitCode:
@@ -21,6 +22,41 @@ class ExitCode:
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE
     TERMINATED = 143  # SIGTERM (a cancelled CI job): handled as Ctrl-C is, 128 + 15
+
+
+#: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
+#: did not finish: that wins. Then a bug; then what the runs found, the furthest step first (a rule
+#: fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the
+#: configuration (2); --timeout (124) is a budget, not a finding, so any failure elsewhere outranks it.
+SEVERITY = (
+    ExitCode.TERMINATED, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
+    ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.CONNECT,
+    ExitCode.USAGE, ExitCode.TIMEOUT,
+)
+
+
+def severity(code: int) -> int:
+    """Higher is worse: 0 is best, an unknown non-zero code just below a bug."""
+    if code == ExitCode.OK:
+        return 0
+    if code in SEVERITY:
+        return len(SEVERITY) - SEVERITY.index(code) + 1
+    return len(SEVERITY) - SEVERITY.index(ExitCode.INTERNAL)
+
+
+def worst_exit(codes: Iterable[int]) -> int:
+    """The exit code of a command over several targets: the worst of theirs, 0 only when every one succeeded."""
+    return max(codes, key=severity, default=ExitCode.OK)
+
+
+def status_exit(codes: Iterable[int]) -> int:
+    """`status` over several targets: the contract's own rule beside worst_exit. A target that could not be
+    read makes it 3 (it "exits 3 if any could not be reached"); only a problem every failing target shares
+    (a local SSH file: 2) keeps its own code."""
+    failed = {c for c in codes if c != ExitCode.OK}
+    if not failed:
+        return ExitCode.OK
+    return worst_exit(failed) if len(failed) == 1 and ExitCode.CONNECT not in failed else ExitCode.CONNECT
 
 
 class GpuopsError(Exception):

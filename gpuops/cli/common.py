@@ -1,4 +1,4 @@
-"""Shared CLI pieces: common options, loading files and targets, and the one error boundary."""
+"""Shared CLI pieces: common options, the cost report and the one error boundary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from gpuops.errors import ExitCode, UsageError
+from gpuops.errors import ExitCode
 
 inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, help="Inventory file (env GPUOPS_INVENTORY).")
 playbook_option = click.option("-p", "--playbook", envvar="GPUOPS_PLAYBOOK", type=str, help="Playbook file (env GPUOPS_PLAYBOOK).")
@@ -22,35 +22,6 @@ def target_option(multiple: bool = False) -> Callable[[Any], Any]:
         "-t", "--target", "targets" if multiple else "target", multiple=multiple, envvar="GPUOPS_TARGET",
         help="Target name from the inventory (env GPUOPS_TARGET)" + (", repeatable." if multiple else "."),
     )
-
-
-def require(path: str | None, what: str, env: str) -> str:
-    if not path:
-        raise UsageError(f"no {what} given: pass --{what} PATH or set {env}")
-    return path
-
-
-def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
-              dry: bool = False, need_env: bool = True) -> list[Any]:
-    """A Job per target asked for (-t names and groups, or --all; else the playbook's target), each with a
-    transport of its own, so that one target's dead link or reconnect never touches another's."""
-    from gpuops.config import load_inventory, load_playbook, resolve_target
-    from gpuops.config.inventory import resolve_targets
-    from gpuops.client.job import Job
-    from gpuops.transport import Pool, dry_transport
-
-    inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
-    pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
-    if every:
-        chosen = list(inv.targets.values())
-    elif names:
-        chosen = resolve_targets(inv, names)  # a group name selects its targets
-    else:
-        chosen = [resolve_target(inv, pb, None)]
-    targets = [resolve_target(inv, pb, t.name) for t in chosen]  # each checked against the playbook's GPUs
-    if not targets:
-        raise UsageError(f"{inventory}: no targets defined")
-    return [Job(inv, pb, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in targets]
 
 
 def report_cost(verbose: bool, transports: Any) -> None:

@@ -92,7 +92,7 @@ def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID
 def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
     """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently."""
     try:
-        from gpuops.cli.runpick import history
+        from gpuops.client.run_history import read_history
         from gpuops.config import load_playbook, resolve_target
         from gpuops.config.inventory import resolve_targets
         from gpuops.transport import Pool
@@ -104,7 +104,7 @@ def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
         target = resolve_targets(inventory, names)[0] if names else resolve_target(inventory, playbook, None)
         pool = Pool(inventory, retry_time=0)
         try:
-            rows = history(pool.target(target), label=target.name, timeout=RUN_ID_BUDGET, limit=RUN_IDS)
+            rows = read_history(pool.target(target), label=target.name, timeout=RUN_ID_BUDGET, limit=RUN_IDS)
         finally:
             pool.close()
         session = playbook.launch.session if playbook is not None else None

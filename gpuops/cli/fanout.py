@@ -4,7 +4,7 @@ A target's work (launch, follow, stop) runs as it does for one target, in the ma
 worker: its own connection, its own Ctrl-C handling, the regex time budget (a SIGALRM, main thread
 only) intact, and no dead host or stuck regex of one target can stall another. This process renders
 every event, writes the JUnit report, and passes Ctrl-C and SIGTERM on to each worker once. The
-command's exit code is the worst of the targets' (`SEVERITY`); every target's result is reported.
+command's exit code is the worst of the targets' (errors.worst_exit); every target's result is reported.
 """
 
 from __future__ import annotations
@@ -17,39 +17,15 @@ import signal
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 from gpuops.cli.signals import Terminated, cause_of, code_of, outcome_of
-from gpuops.errors import ExitCode, GpuopsError
+from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
-
-#: Worst first. An interrupted command (SIGTERM, Ctrl-C, a closed stdout) did not finish: that wins.
-#: Then a bug; then what the runs found, the furthest step first (a rule fired, a stall, training
-#: failed, warmup, preflight); then reaching the target (3) and the configuration (2); --timeout (124)
-#: is a budget, not a finding, so any failure elsewhere outranks it.
-SEVERITY = (
-    ExitCode.TERMINATED, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
-    ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.CONNECT,
-    ExitCode.USAGE, ExitCode.TIMEOUT,
-)
 
 Work = Callable[[Any, Any], int]  # (job, renderer) -> exit code; a GpuopsError is that target's error
 _HEADER = struct.Struct("!I")
 _CARRIED = ("findings", "thresholds", "gpu", "tail", "run", "target")  # what the renderers and the report read
-
-
-def rank(code: int) -> int:
-    """Higher is worse: 0 is best, an unknown non-zero code just below a bug."""
-    if code == ExitCode.OK:
-        return 0
-    if code in SEVERITY:
-        return len(SEVERITY) - SEVERITY.index(code) + 1
-    return len(SEVERITY) - SEVERITY.index(ExitCode.INTERNAL)
-
-
-def worst(codes: Iterable[int]) -> int:
-    """The command's exit code over several targets."""
-    return max(codes, key=rank, default=ExitCode.OK)
 
 
 class Carried(GpuopsError):
@@ -223,12 +199,12 @@ class Fanout:
     def _finish(self) -> int:
         self._render()
         codes = [w.code if w.code is not None else ExitCode.INTERNAL for w in self.workers]
-        code = worst(codes)
+        code = worst_exit(codes)
         if self.broken:
             raise BrokenPipeError()
         if self.as_json:
             order = {w.name: i for i, w in enumerate(self.workers)}
-            self.base.release(lambda obj: (rank(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))
+            self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))
         else:
             each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
             self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))

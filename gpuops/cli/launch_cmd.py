@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import Any
 
-from gpuops.cli.common import load_jobs
+from gpuops.cli.targets import load_jobs
 from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of

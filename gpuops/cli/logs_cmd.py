@@ -1,4 +1,4 @@
-"""`gpuops logs` and `gpuops stop`: find the run from the target's run directory, on each target asked for."""
+"""`gpuops logs`: find the run from the target's run directory and print or follow its log, on each target asked for."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shlex
 import time
 from typing import Any, Iterator
 
-from gpuops.cli.common import load_jobs
+from gpuops.cli.targets import load_jobs
 from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.runpick import check_run_id, pick, recorded_outcome
@@ -111,20 +111,3 @@ def _ending_with(events: Iterator[Any], outcome: Outcome) -> Iterator[Any]:
         close = getattr(events, "close", None)
         if close:
             close()
-
-
-def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
-             as_json: bool, verbose: bool) -> int:
-    jobs = load_jobs(inventory, playbook, targets, every, need_env=False)
-    return each_target(jobs, _stop_one, renderer(as_json, verbose, multi=len(jobs) > 1), NO_REPORT, as_json=as_json,
-                       verbose=verbose)
-
-
-def _stop_one(job: Any, render: Any) -> int:
-    """Stop one target's run."""
-    from gpuops.client.launch import stop
-
-    try:
-        return drive(stop(job), render, job.target.name, {})
-    finally:
-        job.transport.close()

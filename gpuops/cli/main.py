@@ -131,7 +131,7 @@ def logs(inventory, playbook, targets, every, run_id, follow, tail, no_abort, ti
 @boundary
 def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
     """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
-    from gpuops.cli.logs_cmd import run_stop
+    from gpuops.cli.stop_cmd import run_stop
 
     return run_stop(inventory, playbook, targets, every=every, as_json=as_json, verbose=verbose)
 

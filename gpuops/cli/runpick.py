@@ -6,11 +6,10 @@ there: one the session never had is exit 2, naming the runs it has.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from gpuops.errors import ExitCode, GpuopsError, NoRun, UsageError
+from gpuops.errors import ExitCode, NoRun, UsageError
 from gpuops.client.events import Outcome
 
 HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
@@ -36,25 +35,6 @@ def check_run_id(run_id: str) -> str:
                          "`gpuops runs` lists them)") from None
 
 
-def history(transport: Any, *, label: str, timeout: float, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
-    """The target's runs, newest first, as `gpuops runs` reads them."""
-    from gpuops.client import tools
-    from gpuops.client.remote import run_tool
-
-    result = run_tool(transport, tools.runs(limit), timeout=timeout, label=label)
-    if result.exit_code != 0:
-        raise GpuopsError(f"{label}: could not read the run history (exit {result.exit_code}): {result.err.strip()[-300:]}")
-    rows = []
-    for line in result.out.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("run"):
-            rows.append(row)
-    return rows
-
-
 def pick(job: Any, run_id: str | None) -> Picked:
     """The run to show: the current one, or run_id (its own session's); NoRun (exit 2) when there is none."""
     from gpuops.client.outcome import session_state
@@ -66,7 +46,10 @@ def pick(job: Any, run_id: str | None) -> Picked:
             raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops",
                         hint="start one with `gpuops launch`")
         return Picked(info=current)
-    rows = [r for r in history(job.transport, label=job.target.name, timeout=job.timeout) if r.get("session") == job.session]
+    from gpuops.client.run_history import read_history
+
+    rows = [r for r in read_history(job.transport, label=job.target.name, timeout=job.timeout, limit=HISTORY_LIMIT)
+            if r.get("session") == job.session]
     for row in rows:
         if row["run"] == run_id:
             return Picked(row=row)

@@ -8,51 +8,41 @@ import sys
 import time
 from typing import Any
 
-from gpuops.errors import ExitCode, GpuopsError
+from gpuops.errors import GpuopsError, worst_exit
 
 
 def history(pool: Any, inventory: Any, target: Any, limit: int) -> tuple[list[dict[str, Any]], GpuopsError | None]:
-    """One target's runs, or why they could not be read."""
-    from gpuops.client import tools
-    from gpuops.client.remote import run_tool
+    """One target's runs, or why they could not be read (one dead host never hides the others)."""
+    from gpuops.client.run_history import read_history
 
     timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:
-        result = run_tool(pool.target(target), tools.runs(limit), timeout=timeout, label=target.name)
+        return read_history(pool.target(target), label=target.name, timeout=timeout, limit=limit), None
     except GpuopsError as exc:
         return [], exc
-    if result.exit_code != 0:
-        return [], GpuopsError(f"{target.name}: could not read the run history (exit {result.exit_code}): "
-                               f"{result.err.strip()[-300:]}")
-    rows = []
-    for line in result.out.splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows, None
 
 
 def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, limit: int,
              as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuops.cli.status_cmd import _targets
+    from gpuops.cli.targets import select_targets
     from gpuops.transport import Pool
 
-    inv, pb, targets = _targets(inventory, playbook, names, every)
+    sel = select_targets(inventory, playbook, names, every)
+    inv, pb, targets = sel.inventory, sel.playbook, sel.targets
     pool = Pool(inv)
     try:
         with ThreadPoolExecutor(max_workers=min(8, len(targets))) as ex:
             results = list(ex.map(lambda t: history(pool, inv, t, limit), targets))
     finally:
         pool.close()
-    code = ExitCode.OK
+    codes = []
     for target, (rows, error) in zip(targets, results):
         if pb is not None:
             rows = [r for r in rows if r.get("playbook") == pb.name]
         if error is not None:
-            code = max(code, error.exit_code)
+            codes.append(error.exit_code)
             sys.stderr.write(f"gpuops: error: {error}\n" + (f"hint: {error.hint}\n" if error.hint else ""))
             continue
         if as_json:
@@ -60,7 +50,7 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
         else:
             sys.stdout.write(table(target.name, rows))
     sys.stdout.flush()
-    return code
+    return worst_exit(codes)
 
 
 def _json(target: str, rows: list[dict[str, Any]]) -> None:

@@ -7,30 +7,7 @@ import sys
 import time
 from typing import Any
 
-from gpuops.errors import ExitCode, UsageError
-
-
-def _targets(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False
-             ) -> tuple[Any, Any, list[Any]]:
-    """The inventory, the playbook (if given) and the targets asked for: -t names and groups, --all,
-    else the playbook's target, else every target."""
-    from gpuops.cli.common import require
-    from gpuops.config import load_inventory, load_playbook, resolve_target
-    from gpuops.config.inventory import resolve_targets
-
-    inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
-    pb = load_playbook(playbook, need_env=False) if playbook else None
-    if every:
-        targets = list(inv.targets.values())
-    elif names:
-        targets = resolve_targets(inv, names)  # a group name selects its targets
-    elif pb is not None and pb.target:
-        targets = [resolve_target(inv, pb, None)]
-    else:
-        targets = list(inv.targets.values())
-    if not targets:
-        raise UsageError(f"{inventory}: no targets defined")
-    return inv, pb, targets
+from gpuops.errors import status_exit
 
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
@@ -38,7 +15,10 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     from gpuops.client.status import gather
     from gpuops.transport import Pool
 
-    inv, pb, targets = _targets(inventory, playbook, names, every)
+    from gpuops.cli.targets import select_targets
+
+    sel = select_targets(inventory, playbook, names, every)
+    inv, pb, targets = sel.inventory, sel.playbook, sel.targets
     sessions = (pb.launch.session,) if pb else None
     pool = Pool(inv)
     try:
@@ -58,10 +38,8 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
 
 
 def _code(results: list[Any]) -> int:
-    codes = [r.error_code for r in results if r.error_code is not None]
-    if not codes:
-        return ExitCode.OK
-    return ExitCode.CONNECT if ExitCode.CONNECT in codes or len(set(codes)) > 1 else codes[0]
+    """The contract's status rule (errors.status_exit): 3 if any target could not be read."""
+    return status_exit(r.error_code for r in results if r.error_code is not None)
 
 
 def _print(results: list[Any], as_json: bool) -> None:

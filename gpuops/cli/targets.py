@@ -1,0 +1,64 @@
+"""The one target selector of every command: -t names and groups, --all, else the playbook's target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.errors import UsageError
+
+
+@dataclass
+class Selection:
+    """What a command acts on: the inventory, the playbook (if one was given) and the targets asked for."""
+
+    inventory: Any
+    playbook: Any
+    targets: list[Any]
+
+
+def require(path: str | None, what: str, env: str) -> str:
+    """The file named by --WHAT or its environment variable; a usage error (exit 2) when neither is given."""
+    if not path:
+        raise UsageError(f"no {what} given: pass --{what} PATH or set {env}")
+    return path
+
+
+def select_targets(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
+                   run: bool = False, need_env: bool = False) -> Selection:
+    """The targets asked for. `run`: a command that acts on a run (launch, logs, stop) needs the playbook,
+    defaults to its target, and checks every target against its GPUs; the others (status, runs) take an
+    optional playbook and default to its target, else to every target of the inventory."""
+    from gpuops.config import load_inventory, load_playbook, resolve_target
+    from gpuops.config.inventory import resolve_targets
+
+    inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
+    if run:
+        pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
+    else:
+        pb = load_playbook(playbook, need_env=need_env) if playbook else None
+    if every:
+        chosen = list(inv.targets.values())
+    elif names:
+        chosen = resolve_targets(inv, names)  # a group name selects its targets
+    elif run or (pb is not None and pb.target):
+        chosen = [resolve_target(inv, pb, None)]
+    else:
+        chosen = list(inv.targets.values())
+    if run:
+        chosen = [resolve_target(inv, pb, t.name) for t in chosen]  # each checked against the playbook's GPUs
+    if not chosen:
+        raise UsageError(f"{inventory}: no targets defined")
+    return Selection(inv, pb, chosen)
+
+
+def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
+              dry: bool = False, need_env: bool = True) -> list[Any]:
+    """A Job per target asked for, each with a transport of its own, so that one target's dead link or
+    reconnect never touches another's."""
+    from gpuops.client.job import Job
+    from gpuops.transport import Pool, dry_transport
+
+    sel = select_targets(inventory, playbook, names, every, run=True, need_env=need_env)
+    inv = sel.inventory
+    return [Job(inv, sel.playbook, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in sel.targets]
