@@ -9,19 +9,42 @@ from typing import Any, Callable
 
 import click
 
+from gpuops.cli import complete
 from gpuops.errors import ExitCode
 
-inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, help="Inventory file (env GPUOPS_INVENTORY).")
-playbook_option = click.option("-p", "--playbook", envvar="GPUOPS_PLAYBOOK", type=str, help="Playbook file (env GPUOPS_PLAYBOOK).")
+inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, metavar="PATH",
+                                shell_complete=complete.files, help="Inventory file (env GPUOPS_INVENTORY).")
+playbook_option = click.option("-p", "--playbook", envvar="GPUOPS_PLAYBOOK", type=str, metavar="PATH",
+                               shell_complete=complete.files, help="Playbook file (env GPUOPS_PLAYBOOK).")
 json_option = click.option("--json", "as_json", is_flag=True, help="JSON Lines on stdout, nothing else there.")
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="Say more.")
 
 
 def target_option(multiple: bool = False) -> Callable[[Any], Any]:
+    """-t: one target (completed from the inventory's targets), or repeatable (its groups too)."""
     return click.option(
         "-t", "--target", "targets" if multiple else "target", multiple=multiple, envvar="GPUOPS_TARGET",
+        metavar="NAME", shell_complete=complete.targets_and_groups if multiple else complete.target_names,
         help="Target name from the inventory (env GPUOPS_TARGET)" + (", repeatable." if multiple else "."),
     )
+
+
+def common_options(*, several: bool = True, verbose: bool = True) -> Callable[[Any], Any]:
+    """Every command's shared options, declared once: -i, -p, -t first, --json (and -v) last, the command's own
+    options between them. Put it right under `@main.command`; `several`: -t repeatable."""
+    head = [inventory_option, playbook_option, target_option(several)]
+    tail = [json_option] + ([verbose_option] if verbose else [])
+
+    def apply(fn: Any) -> Any:
+        own = list(reversed(getattr(fn, "__click_params__", [])))  # click keeps them last-declared first
+        fn.__click_params__ = []
+        for option in reversed(head + tail):
+            option(fn)
+        declared = list(reversed(fn.__click_params__))
+        fn.__click_params__ = list(reversed(declared[:len(head)] + own + declared[len(head):]))
+        return fn
+
+    return apply
 
 
 def report_cost(verbose: bool, transports: Any) -> None:

@@ -1,6 +1,7 @@
 """Shell completion through click's own protocol (bash, zsh, fish): `_GPUOPS_COMPLETE=bash_source gpuops`.
 
--t completes the target names (and, where it is repeatable, the group names) of the inventory
+Each option declares its completion where it is defined (`shell_complete=`, with the callbacks
+here). -t completes the target names (and, where it is repeatable, the group names) of the inventory
 given with -i or in GPUOPS_INVENTORY; -i, -p and --junit complete as file paths. Completing those
 reads the inventory file and nothing else: it never connects anywhere, and a bad file completes
 nothing. `logs --run` completes run ids, which live on the target only: that one connects, for at
@@ -15,62 +16,45 @@ from typing import Any
 import click
 
 COMPLETE_VAR = "_GPUOPS_COMPLETE"  # click's name for it: _{PROG}_COMPLETE
-FILE_OPTIONS = ("inventory", "playbook", "junit")
-TARGET_OPTIONS = ("target", "targets")
 RUN_ID_BUDGET = 3.0  # seconds a completion may wait for the target's run ids: a prompt must not hang
 RUN_IDS = 50  # the newest run directories read
 
 
-class FileName(click.ParamType):
-    """A path taken as written (the command reports a missing file itself), completed as a file by the shell."""
+def files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """-i, -p, --junit: a path, completed as a file by the shell (the command reports a missing file itself)."""
+    from click.shell_completion import CompletionItem
 
-    name = "path"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return value
-
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        from click.shell_completion import CompletionItem
-
-        return [CompletionItem(incomplete, type="file")]
+    return [CompletionItem(incomplete, type="file")]
 
 
-class TargetName(click.ParamType):
-    """A target name (or, with groups=True, an inventory group that stands for its targets)."""
-
-    name = "name"
-
-    def __init__(self, *, groups: bool) -> None:
-        self.groups = groups
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return value
-
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        from click.shell_completion import CompletionItem
-
-        inventory = _inventory(ctx)
-        if inventory is None:
-            return []
-        items = [CompletionItem(name, help=_where(target)) for name, target in inventory.targets.items()
-                 if name.startswith(incomplete)]
-        if self.groups:
-            items += [CompletionItem(name, help=f"group of {len(members)} target(s)")
-                      for name, members in inventory.groups.items()
-                      if members and name.startswith(incomplete) and name not in inventory.targets]
-        return items
+def target_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """-t of a command on one target: the inventory's target names."""
+    return _targets(ctx, incomplete, groups=False)
 
 
-class RunId(click.ParamType):
-    """A run id (`gpuops runs` lists them), completed from the target's run directories."""
+def targets_and_groups(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """A repeatable -t: target names, and the inventory groups that stand for their targets."""
+    return _targets(ctx, incomplete, groups=True)
 
-    name = "id"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return value
+def run_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """`logs --run`: a run id (`gpuops runs` lists them), completed from the target's run directories."""
+    return complete_run_ids(ctx, incomplete)
 
-    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-        return complete_run_ids(ctx, incomplete)
+
+def _targets(ctx: click.Context, incomplete: str, *, groups: bool) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    inventory = _inventory(ctx)
+    if inventory is None:
+        return []
+    items = [CompletionItem(name, help=_where(target)) for name, target in inventory.targets.items()
+             if name.startswith(incomplete)]
+    if groups:
+        items += [CompletionItem(name, help=f"group of {len(members)} target(s)")
+                  for name, members in inventory.groups.items()
+                  if members and name.startswith(incomplete) and name not in inventory.targets]
+    return items
 
 
 def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID_BUDGET) -> list[Any]:
@@ -169,17 +153,9 @@ def _fish_class() -> Any:
     return Fish
 
 
-def install(group: click.Group) -> None:
-    """Give every command's shared -i/-p/--junit and -t options their completion (they are defined in common.py)."""
-    if COMPLETE_VAR in os.environ:  # a completion request: only then is click's completion module needed
+def use_fish_script() -> None:
+    """On a completion request (only then is click's completion module needed): fish gets the working script."""
+    if COMPLETE_VAR in os.environ:
         import click.shell_completion as shell_completion
 
         shell_completion.add_completion_class(_fish_class(), "fish")
-    for command in group.commands.values():
-        for param in command.params:
-            if param.name in FILE_OPTIONS:
-                param.type = FileName()
-            elif param.name in TARGET_OPTIONS:
-                param.type = TargetName(groups=bool(getattr(param, "multiple", False)))
-            elif param.name == "run_id":
-                param.type = RunId()

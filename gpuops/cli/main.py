@@ -6,15 +6,14 @@ import click
 
 from gpuops import __version__
 from gpuops.cli import complete
-from gpuops.cli.common import (
-    boundary, inventory_option, json_option, playbook_option, target_option, verbose_option,
-)
+from gpuops.cli.common import boundary, common_options
 from gpuops.cli.params import Seconds
 
 all_option = click.option("--all", "every", is_flag=True, help="Every target of the inventory.")
 SEVERAL = ("Several targets (-t repeated, a group, --all) run at once, each line tagged with its target; the exit "
            "code is the worst of theirs.")
-junit_option = click.option("--junit", metavar="PATH", help="Also write a JUnit XML report to PATH for CI test pages "
+junit_option = click.option("--junit", metavar="PATH", shell_complete=complete.files,
+                            help="Also write a JUnit XML report to PATH for CI test pages "
                             "(testcases: preflight, each warmup GPU, training).")
 
 
@@ -30,17 +29,13 @@ def main() -> None:
 
 
 @main.command(epilog=SEVERAL)
-@inventory_option
-@playbook_option
-@target_option(multiple=True)
+@common_options()
 @all_option
 @click.option("--detach", is_flag=True, help="Return once the run is started (exit 0).")
 @click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
 @click.option("--timeout", type=Seconds(), help="Stop the run after SECONDS and exit 124.")
 @junit_option
-@json_option
-@verbose_option
 @boundary
 def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, junit, as_json, verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
@@ -60,14 +55,10 @@ def _one(targets: tuple[str, ...]) -> str | None:
 
 
 @main.command()
-@inventory_option
-@playbook_option
-@target_option(multiple=True)
+@common_options()
 @all_option
 @click.option("--watch", "watch_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
               help="Refresh in place every N seconds (default 2).")
-@json_option
-@verbose_option
 @boundary
 def status(inventory, playbook, targets, every, watch_every, as_json, verbose) -> int:
     """Reachability, container state, GPUs (memory over the last minutes), tmux session, current run and its
@@ -79,12 +70,9 @@ def status(inventory, playbook, targets, every, watch_every, as_json, verbose) -
 
 
 @main.command()
-@inventory_option
-@playbook_option
-@target_option(multiple=True)
+@common_options(verbose=False)
 @all_option
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs per target.")
-@json_option
 @boundary
 def runs(inventory, playbook, targets, every, limit, as_json) -> int:
     """The run history of each target, newest first: outcome, exit code, rule, warmup, steady throughput and GPU
@@ -95,19 +83,15 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 
 
 @main.command(epilog=SEVERAL)
-@inventory_option
-@playbook_option
-@target_option(multiple=True)
+@common_options()
 @all_option
-@click.option("--run", "run_id", metavar="ID", help="That run of the playbook's session (an id from `gpuops runs`), "
+@click.option("--run", "run_id", metavar="ID", shell_complete=complete.run_ids, help="That run of the playbook's session (an id from `gpuops runs`), "
               "not the current one.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the log live and apply the watch rules.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
 @click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
 @click.option("--timeout", type=Seconds(), help="With --follow: stop the run after SECONDS, exit 124.")
 @junit_option
-@json_option
-@verbose_option
 @boundary
 def logs(inventory, playbook, targets, every, run_id, follow, tail, no_abort, timeout, junit, as_json, verbose) -> int:
     """Print the current run's log as it is; --follow streams it and watches it."""
@@ -122,12 +106,8 @@ def logs(inventory, playbook, targets, every, run_id, follow, tail, no_abort, ti
 
 
 @main.command(epilog=SEVERAL)
-@inventory_option
-@playbook_option
-@target_option(multiple=True)
+@common_options()
 @all_option
-@json_option
-@verbose_option
 @boundary
 def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
     """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
@@ -137,10 +117,7 @@ def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
 
 
 @main.command()
-@inventory_option
-@playbook_option
-@target_option()
-@json_option
+@common_options(several=False, verbose=False)
 @boundary
 def validate(inventory, playbook, target, as_json) -> int:
     """Check inventory and playbook files; exit 2 with FILE:LINE:COL on a bad one."""
@@ -149,4 +126,4 @@ def validate(inventory, playbook, target, as_json) -> int:
     return run_validate(inventory, playbook, target, as_json=as_json)
 
 
-complete.install(main)  # -t completes targets and groups from the inventory; -i, -p, --junit complete files
+complete.use_fish_script()  # each option declares its own completion (common.py, above); fish needs its script
