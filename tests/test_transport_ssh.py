@@ -234,6 +234,25 @@ def test_pct_over_local_runs_inside_the_container(local_proxmox: FakeProxmox) ->
         ct.run(Cmd("true"), timeout=30)
 
 
+def test_run_with_state_gives_the_exec_and_the_container_state_in_one_trip(local_proxmox: FakeProxmox) -> None:
+    host = LocalTransport("here")
+    ct = PctTransport(host, 200)
+    result, state = ct.run_with_state(bash(Script("echo inside", "exit 3")), timeout=30)
+    # the exec's own exit code and output (the retry of a missing shipped copy reads them), pct status said running
+    assert (result.exit_code, result.out, state) == (3, "inside\n", "running (but pct exec failed: inside)")
+    result, state = ct.run_with_state(Cmd("echo", "ok"), timeout=30)
+    assert (result.exit_code, result.out, state) == (0, "ok\n", "running")
+    assert host.commands == 2 and ct.commands == 2  # one round trip each
+    local_proxmox.stop_container(200)
+    assert ct.run_with_state(Cmd("true"), timeout=30)[1] == ct.container_state(timeout=30) == "stopped"
+    assert PctTransport(host, 4242).container_state(timeout=30) == "missing"
+    # a host is no container: no state, nothing to raise, whatever pct-like words it prints
+    assert host.run_with_state(Cmd("echo", "ok"), timeout=30)[1] is None and host.container_state(timeout=30) is None
+    host.raise_for_container("CT 200 not running")
+    with pytest.raises(ContainerNotRunning, match="container 200 is not running"):
+        ct.raise_for_container("CT 200 not running")
+
+
 # -- timeouts and failures --------------------------------------------------------------------
 
 

@@ -51,8 +51,8 @@ def report_cost(verbose: bool, transports: Any) -> None:
     """With -v: how many SSH connections and remote commands (round trips) this invocation made."""
     if not verbose:
         return
-    conns = sum(getattr(t, "connections_made", 0) for t in transports)
-    cmds = sum(getattr(t, "commands", 0) for t in transports)
+    conns = sum(t.connections_made for t in transports)
+    cmds = sum(t.commands for t in transports)
     sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
 
 

@@ -222,7 +222,7 @@ def _carry(exc: GpuopsError) -> dict[str, Any]:
 
 
 def _cost(job: Any) -> tuple[int, int]:
-    return getattr(job.transport, "connections_made", 0), getattr(job.transport, "commands", 0)
+    return job.transport.connections_made, job.transport.commands
 
 
 def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:

@@ -15,9 +15,9 @@ def history(pool: Any, inventory: Any, target: Any, limit: int) -> tuple[list[di
     """One target's runs, or why they could not be read (one dead host never hides the others)."""
     from gpuops.client.run_history import read_history
 
-    timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:
-        return read_history(pool.target(target), label=target.name, timeout=timeout, limit=limit), None
+        transport = pool.target(target)
+        return read_history(transport, label=target.name, timeout=transport.command_timeout, limit=limit), None
     except GpuopsError as exc:
         return [], exc
 

@@ -33,8 +33,7 @@ class Job:
     @property
     def timeout(self) -> float:
         """Seconds for one short remote command."""
-        host = self.inventory.hosts[self.target.host]
-        return getattr(host, "command_timeout", 60.0)
+        return self.transport.command_timeout
 
     @property
     def run_gpus(self) -> tuple[int, ...]:

@@ -34,9 +34,8 @@ def session_state(job: Job) -> Any:
     from gpuops.client.probe import parse_probe
 
     result = job.run(tools.probe((job.session,)))
-    raise_for_container = getattr(job.transport, "raise_for_container", None)
-    if result.exit_code != 0 and raise_for_container:
-        raise_for_container(result.err)
+    if result.exit_code != 0:
+        job.transport.raise_for_container(result.err)
     return parse_probe(result.out).sessions.get(job.session)
 
 

@@ -81,9 +81,7 @@ class LaunchLock:
                 text = buf.decode("utf-8", "replace")
                 if any(key in ("busy", "gpu-held") for key, _ in p.marks(text)):
                     return text
-                raise_for_container = getattr(self.job.transport, "raise_for_container", None)
-                if raise_for_container:
-                    raise_for_container(text)
+                self.job.transport.raise_for_container(text)
                 if code == 70:  # lock.sh could not make ~/.gpuops: no run could be recorded there
                     raise TargetNotReady(f"{self.job.target.name}: cannot create gpuops' folders under ~/.gpuops on the "
                                          f"target: {text.strip()[-300:]}", hint="the target user's home must be writable")

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 from gpuops.command import Cmd
 from gpuops.client.ship import install, needs_lib
-from gpuops.transport.base import Result
+from gpuops.transport.base import Result, Transport
+
+T = TypeVar("T")
 
 
-def run_tool(transport: Any, cmd: Cmd, *, timeout: float, label: str, stdin: bytes | None = None,
-             via: Any = None, mask: Callable[[str], str] | None = None) -> Result:
-    """`cmd` on `via` (default: the target's transport); the files go to the target's transport."""
-    runner = via or transport
-    result = runner.run(cmd, timeout=timeout, stdin=stdin)
-    if needs_lib(result.exit_code, result.out) or (via is not None and "@@gpuops need-lib" in result.out):
-        install(transport, timeout=max(timeout, 60.0), label=label, mask=mask)
-        result = runner.run(cmd, timeout=timeout, stdin=stdin)
+def run_tool(transport: Transport, cmd: Cmd, *, timeout: float, label: str, stdin: bytes | None = None,
+             mask: Callable[[str], str] | None = None) -> Result:
+    """`cmd` on the target; its result once the files are there."""
+    result, _ = _shipped(transport, lambda: (transport.run(cmd, timeout=timeout, stdin=stdin), None),
+                         timeout=timeout, label=label, mask=mask)
     return result
+
+
+def run_tool_with_state(transport: Transport, cmd: Cmd, *, timeout: float, label: str) -> tuple[Result, str | None]:
+    """`cmd` on the target and the container's state, in one round trip (Transport.run_with_state)."""
+    return _shipped(transport, lambda: transport.run_with_state(cmd, timeout=timeout), timeout=timeout, label=label)
+
+
+def _shipped(transport: Transport, attempt: Callable[[], tuple[Result, T]], *, timeout: float, label: str,
+             mask: Callable[[str], str] | None = None) -> tuple[Result, T]:
+    """One attempt; when it says the shipped copy is missing, install it and try once more."""
+    got = attempt()
+    if needs_lib(got[0].exit_code, got[0].out):
+        install(transport, timeout=max(timeout, 60.0), label=label, mask=mask)
+        got = attempt()
+    return got

@@ -6,15 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuops.command import Cmd, Raw, Script, bash
 from gpuops.client import tools
-from gpuops.client.remote import run_tool
+from gpuops.client.remote import run_tool_with_state
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
-from gpuops.client.probe import MARK, Probe, parse_probe
+from gpuops.client.probe import Probe, parse_probe
 from gpuops.transport import Pool
-from gpuops.transport.base import Result
-from gpuops.transport.pct import PctTransport, parse_pct_status
 
 MAX_PARALLEL = 8
 
@@ -100,29 +97,15 @@ def _gpus_json(probe: Probe) -> list[dict[str, Any]]:
 
 
 def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tuple[str, ...] | None) -> TargetStatus:
-    """Everything about one target in one round trip (pct status and pct exec in one host script)."""
+    """Everything about one target in one round trip (for a container, its state in the same trip)."""
     status = TargetStatus(target.name, target.host, target.ctid)
     started = time.monotonic()
     transport = pool.target(target)
-    timeout = getattr(inventory.hosts[target.host], "command_timeout", 60.0)
     try:
-        probe_cmd = tools.probe(sessions, samples=True)
-        if isinstance(transport, PctTransport):
-            # Happy path: one pct call, as cheap as a raw `pct exec`; `pct status` only when exec failed.
-            ct = str(target.ctid)
-            host_script = Script(
-                Cmd("pct", "exec", ct, "--", *probe_cmd.argv) + [Raw("2>&1")],
-                "rc=$?",
-                f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
-            )
-            result = run_tool(transport, bash(host_script), timeout=timeout, label=target.name, via=transport.inner)
-            status.reachable = True
-            status.container = _container_state(result.out)
-            if status.container == "running":
-                status.probe = parse_probe(result.out)
-        else:
-            result = run_tool(transport, probe_cmd, timeout=timeout, label=target.name)
-            status.reachable = True
+        result, status.container = run_tool_with_state(transport, tools.probe(sessions, samples=True),
+                                                       timeout=transport.command_timeout, label=target.name)
+        status.reachable = True
+        if status.container in (None, "running"):
             status.probe = parse_probe(result.out)
     except GpuopsError as exc:
         status.error = str(exc)
@@ -130,21 +113,6 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
         status.hint = exc.hint
     status.seconds = time.monotonic() - started
     return status
-
-
-def _container_state(out: str) -> str:
-    """`running` when the probe ran inside; else what `pct status` said after the failed exec."""
-    lines = out.splitlines()
-    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
-    if not failed:
-        return "running"
-    after = lines[failed[0] + 1 :]
-    said = "\n".join(ln for ln in after if not ln.startswith(MARK))
-    rc = next((int(ln.split()[-1]) for ln in after if ln.startswith(MARK + "pct_rc")), 1)
-    state = parse_pct_status(Result(rc, said.encode(), said.encode()))  # pct's stdout and stderr were merged
-    if state == "running":  # pct status says running, yet pct exec failed
-        return "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
-    return state
 
 
 def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:

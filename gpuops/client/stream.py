@@ -206,11 +206,8 @@ class LogFollower:
 
     def _container_gone(self) -> str | None:
         """`stopped` or `missing` when the target is a container that no longer runs, else None."""
-        state = getattr(self.transport, "state", None)
-        if state is None:
-            return None
         try:
-            now = state(timeout=30.0)
+            now = self.transport.container_state(timeout=30.0)
         except GpuopsError:  # the host is unreachable: the reconnect loop deals with that
             return None
         return now if now in ("stopped", "missing") else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import UsageError
-from gpuops.transport.base import Result, Stream, Transport
+from gpuops.transport.base import HostSide, Result, Stream, Transport
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
 
@@ -39,7 +39,7 @@ class Pool:
     def __init__(self, inventory: Inventory, *, retry_time: float | None = None) -> None:
         self.inventory = inventory
         self.retry_time = retry_time_from_env() if retry_time is None else retry_time
-        self._hosts: dict[str, Any] = {}
+        self._hosts: dict[str, Transport] = {}
         self._lock = threading.Lock()
 
     def host(self, name: str) -> Transport:
@@ -47,7 +47,7 @@ class Pool:
             if name not in self._hosts:
                 host = self.inventory.hosts[name]
                 if host.transport == "local":
-                    self._hosts[name] = LocalTransport(name)
+                    self._hosts[name] = LocalTransport(name, command_timeout=host.command_timeout)
                 else:
                     from gpuops.transport.ssh import SshTransport
 
@@ -63,22 +63,26 @@ class Pool:
         return list(self._hosts.values())
 
     def connections_made(self) -> int:
-        return sum(getattr(t, "connections_made", 0) for t in self._hosts.values())
+        return sum(t.connections_made for t in self._hosts.values())
 
     def commands(self) -> int:
         """Remote commands sent (round trips), over every host."""
-        return sum(getattr(t, "commands", 0) for t in self._hosts.values())
+        return sum(t.commands for t in self._hosts.values())
 
     def close(self) -> None:
         for transport in self._hosts.values():
             transport.close()
 
 
-class _DryHost:
+class _DryHost(HostSide):
     """Renders commands as they would be sent to a host; refuses to run anything."""
 
-    def __init__(self, label: str) -> None:
+    connections_made = 0
+    commands = 0
+
+    def __init__(self, label: str, command_timeout: float) -> None:
         self.label = label
+        self.command_timeout = command_timeout
 
     def wrap(self, cmd: Any) -> Any:
         return cmd
@@ -105,5 +109,5 @@ class _DryHost:
 def dry_transport(inventory: Inventory, target: Target) -> Transport:
     """The target's transport shape for --dry-run: renders, never connects."""
     host = inventory.hosts[target.host]
-    inner: Any = _DryHost(host.name)
+    inner: Transport = _DryHost(host.name, host.command_timeout)
     return PctTransport(inner, target.ctid) if target.ctid is not None else inner

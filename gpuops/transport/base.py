@@ -46,9 +46,24 @@ class Stream(Protocol):
 
 
 class Transport(Protocol):
-    """How commands reach a target; implementations wrap one another (pct wraps ssh)."""
+    """How commands reach a target; implementations wrap one another (pct wraps ssh).
+
+    Everything a caller needs is here, container or not: a host answers the container
+    questions trivially (HostSide), so no caller asks which kind it holds."""
 
     label: str
+
+    @property
+    def connections_made(self) -> int:
+        """SSH connections made so far (0 for this machine): what -v reports."""
+
+    @property
+    def commands(self) -> int:
+        """Commands sent so far (round trips): what -v reports."""
+
+    @property
+    def command_timeout(self) -> float:
+        """Seconds for one short command, from the host's `command_timeout`."""
 
     def wrap(self, cmd: Cmd) -> Cmd:
         """The command as handed to the innermost executor (pct adds `pct exec N --`)."""
@@ -59,8 +74,19 @@ class Transport(Protocol):
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
         """Run to completion; raises CommandTimeout past timeout, ConnectError if unreachable."""
 
+    def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
+        """Run cmd and learn the container's state in the same round trip: (result, None) on a host;
+        in a container (result, `running`) when it ran there, else what `pct status` said then."""
+
     def open(self, cmd: Cmd) -> Stream:
         """Start a command and return its live output stream."""
+
+    def container_state(self, *, timeout: float) -> str | None:
+        """A container's state (`running`, `stopped`, `missing`, or pct's own words); None on a host."""
+
+    def raise_for_container(self, output: str) -> None:
+        """Raise ContainerNotRunning when output is pct saying the container is missing or stopped;
+        a host never raises."""
 
     def connect(self) -> None:
         """Make sure the connection is up (retrying transient failures)."""
@@ -69,3 +95,19 @@ class Transport(Protocol):
         """Drop the current connection and make a new one."""
 
     def close(self) -> None: ...
+
+
+class HostSide:
+    """The container questions as a host answers them: it is no container, so nothing to report."""
+
+    def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
+        raise NotImplementedError
+
+    def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
+        return self.run(cmd, timeout=timeout), None
+
+    def container_state(self, *, timeout: float) -> str | None:
+        return None
+
+    def raise_for_container(self, output: str) -> None:
+        return None

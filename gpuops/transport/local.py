@@ -10,7 +10,7 @@ import subprocess
 
 from gpuops.command import Cmd
 from gpuops.errors import CommandTimeout
-from gpuops.transport.base import Result
+from gpuops.transport.base import HostSide, Result
 
 
 class LocalStream:
@@ -72,11 +72,12 @@ class LocalStream:
         self._proc.wait()
 
 
-class LocalTransport:
+class LocalTransport(HostSide):
     """This machine; the environment of gpuops itself is inherited (PATH included)."""
 
-    def __init__(self, label: str = "local") -> None:
+    def __init__(self, label: str = "local", *, command_timeout: float = 60.0) -> None:
         self.label = label
+        self.command_timeout = command_timeout
         self.connections_made = 0
         self.commands = 0
 

@@ -15,7 +15,7 @@ from gpuops.transport._paramiko import paramiko
 from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
-from gpuops.transport.base import Result
+from gpuops.transport.base import HostSide, Result
 from gpuops.transport.sshchain import _Connection, _where
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
@@ -90,7 +90,7 @@ class SshStream:
         self._chan.close()
 
 
-class SshTransport:
+class SshTransport(HostSide):
     """One SSH host, connected lazily, once, and reused for every command."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, retry_time: float = 30.0) -> None:
@@ -102,6 +102,10 @@ class SshTransport:
         self._lock = threading.Lock()
         self.connections_made = 0
         self.commands = 0
+
+    @property
+    def command_timeout(self) -> float:
+        return self.host.command_timeout
 
     # -- rendering -------------------------------------------------------------------
 
