@@ -12,7 +12,8 @@ from typing import Callable, List, Optional, Tuple
 
 from gpuops.agent.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
 from gpuops.agent.profile import find_baseline, keep_profile
-from gpuops.agent.telemetry import Figures, TelemetryLog
+from gpuops.agent.telemetry import TelemetryLog
+from gpuops.agent.throughput import Figures
 
 T0 = 1796120709.83
 COMPILED, EAGER, SLOWER = 505695.0, 98364.0, 470000.0

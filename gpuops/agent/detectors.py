@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from .smi import GpuSample
-from .telemetry import median
+from .throughput import median
 
 __all__ = [
     "ABORT", "DEFAULTS", "NOTE", "WARN", "Baseline", "Detectors", "Finding", "RECOMPILE_MARK", "RULES", "resolve",

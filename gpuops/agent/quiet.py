@@ -15,10 +15,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import protocol as p
+from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
 from .profile import baseline_from_config, find_baseline, keep_profile
 from .smi import SmiError, parse_sample, sample_argv
-from .telemetry import CacheWatcher, Figures, TelemetryLog, inductor_cache_dir, parse_figure
+from .telemetry import TelemetryLog
+from .throughput import Figures, parse_figure
 
 #: Sample intervals between walks of the inductor cache (a walk of 20,000 entries takes tens of ms):
 #: every 10 s at the default 2 s interval.

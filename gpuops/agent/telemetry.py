@@ -1,5 +1,5 @@
-"""A run's measurements: GPU and throughput samples kept in its run directory (bounded for
-week-long runs), throughput figures read from the log, and new files in the inductor cache.
+"""The sample store: a run's GPU and throughput samples kept in its run directory, bounded for
+week-long runs (the figures themselves: throughput.py; the inductor cache: cachewatch.py).
 
 ``samples.jsonl`` holds the recent raw samples, one compact JSON object a line::
 
@@ -23,20 +23,17 @@ than the last bucket's end, so a crash between the two steps duplicates nothing.
 
 from __future__ import annotations
 
-import getpass
 import json
 import math
 import os
-import re
-from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, Union, Iterable
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .records import SAMPLES, SAMPLES_COARSE
 from .smi import GpuSample
+from .throughput import finite, median
 
-__all__ = ["CacheWatcher", "Figures", "Sample", "TelemetryLog", "figure", "inductor_cache_dir", "parse_lines",
-           "read_samples"]
+__all__ = ["Sample", "TelemetryLog", "encode", "parse_lines", "read_samples"]
 
 _TAIL = 8192  # bytes read from the end of the coarse file to learn where it ends
 
@@ -63,21 +60,10 @@ class Sample:
         return self.gpus.get(gpu, (None, None))[0]
 
 
-def median(values: Sequence[float]) -> float:
-    """The middle value (the mean of the middle two for an even count); not statistics': 4 ms to import."""
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _compact(value: float) -> Union[int, float]:
     """A figure as few JSON characters as it needs: 6 significant digits, no ".0"."""
     value = float("%.6g" % value)
     return int(value) if value.is_integer() and abs(value) < 1e15 else value
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _stamp(t: float) -> str:
@@ -95,7 +81,7 @@ def encode(t: float, gpus: GpuSample, procs: Optional[Dict[int, int]] = None, th
              ",".join('"%d":[%s,%s]' % (i, _j(m), _j(u)) for i, (m, u) in sorted(gpus.items())), "}"]
     if procs is not None:
         parts.append(',"p":{%s}' % ",".join('"%d":%d' % (i, n) for i, n in sorted(procs.items())))
-    tp = _finite(throughput)
+    tp = finite(throughput)
     if tp is not None:
         parts.append(',"tp":%s' % json.dumps(_compact(tp)))
     parts.append("}")
@@ -116,7 +102,7 @@ def _decode(obj: Any) -> Sample:
     """A parsed line as a Sample; KeyError/TypeError/ValueError when it is not one of ours."""
     t = float(obj["t"])
     procs = {int(k): int(v) for k, v in obj["p"].items()} if "p" in obj else None
-    tp = _finite(float(obj["tp"])) if obj.get("tp") is not None else None
+    tp = finite(float(obj["tp"])) if obj.get("tp") is not None else None
     if "d" not in obj:
         gpus = {int(k): (_opt_int(v[0]), _opt_int(v[1])) for k, v in obj["g"].items()}
         return Sample(t, gpus, procs, tp)
@@ -265,123 +251,3 @@ class TelemetryLog:
             os.fsync(f.fileno())
         os.replace(tmp, self.raw_path)
         self._first = _time(kept[0]) if kept else None
-
-
-class Figures:
-    """Throughput figures logged between two samples: each sample records their median."""
-
-    def __init__(self, keep: int = 4096) -> None:
-        self._values: Deque[float] = deque(maxlen=keep)
-
-    def add(self, value: float) -> None:
-        if _finite(value) is not None:
-            self._values.append(value)
-
-    def take(self) -> float | None:
-        """The median since the last take (None if none was logged), and start over."""
-        if not self._values:
-            return None
-        value = median(self._values)
-        self._values.clear()
-        return value
-
-
-def figure(pattern: Pattern[str], line: str) -> float | None:
-    """The throughput figure in a log line: the pattern's first group (or whole match), thousands separators allowed."""
-    match = pattern.search(line)
-    if match is None:
-        return None
-    text = match.group(1) if pattern.groups else match.group(0)
-    return None if text is None else parse_figure(text)
-
-
-def parse_figure(text: str) -> float | None:
-    """A logged figure as a number: thousands separators allowed; None when it is no finite number."""
-    try:
-        return _finite(float(text.replace(",", "").replace("_", "")))
-    except ValueError:
-        return None
-
-
-def inductor_cache_dir(environ: Mapping[str, str]) -> str:
-    """Where torch.compile caches kernels for a run with this environment: torch's default_cache_dir() rule.
-
-    (TRITON_CACHE_DIR, when set, moves triton/ elsewhere; watch that folder too.)
-    """
-    if environ.get("TORCHINDUCTOR_CACHE_DIR"):
-        return environ["TORCHINDUCTOR_CACHE_DIR"]
-    user = next((environ[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if environ.get(k)), None)
-    if user is None:
-        try:
-            user = getpass.getuser()
-        except (KeyError, OSError):
-            user = str(os.getuid())
-    tmp = next((environ[k] for k in ("TMPDIR", "TEMP", "TMP") if environ.get(k)), "/tmp")
-    return os.path.join(tmp, "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
-
-
-class CacheWatcher:
-    """Counts regular files under the inductor cache that were not there at the snapshot.
-
-    A shape the warmup missed adds ~50 files (triton/, fxgraph/, aotautograd/ and two-letter
-    folders of generated code, REFERENCE.md); the eager fallback itself adds none. The walk visits
-    at most `limit` entries (``truncated`` says it stopped early: files past the limit are not
-    seen), follows no symlinks and skips lock and temporary files, which come and go on cache hits.
-    A missing folder holds 0 files. Walking 20,000 entries takes tens of milliseconds: poll every
-    10-30 s, not every sample.
-    """
-
-    EXAMPLES = 5
-
-    def __init__(self, path: str, limit: int = 20000) -> None:
-        self.path = path
-        self.limit = limit
-        self.truncated = False
-        self._seen: Set[str] = set()
-
-    def snapshot(self) -> int:
-        """Remember what is there now (at training start); returns how many files that is."""
-        self._seen = set(self._walk())
-        return len(self._seen)
-
-    def seen(self) -> List[str]:
-        """The files of the snapshot (to keep, so a restarted watchdog judges against the same one)."""
-        return sorted(self._seen)
-
-    def restore(self, names: Iterable[str]) -> None:
-        """Take a kept snapshot back instead of making a new one."""
-        self._seen = set(names)
-
-    def new_files(self) -> Tuple[int, List[str]]:
-        """How many files appeared since the snapshot, and a few of them (paths relative to the cache)."""
-        new = sorted(p for p in self._walk() if p not in self._seen)
-        return len(new), new[:self.EXAMPLES]
-
-    def _walk(self) -> List[str]:
-        found: List[str] = []
-        stack, visited = [""], 0
-        self.truncated = False
-        while stack:
-            rel = stack.pop()
-            try:
-                entries = list(os.scandir(os.path.join(self.path, rel) if rel else self.path))
-            except OSError:
-                continue
-            for entry in entries:
-                visited += 1
-                if visited > self.limit:
-                    self.truncated = True
-                    return found
-                name = rel + "/" + entry.name if rel else entry.name
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(name)
-                    elif entry.is_file(follow_symlinks=False) and not _transient(entry.name):
-                        found.append(name)
-                except OSError:
-                    continue
-        return found
-
-
-def _transient(name: str) -> bool:
-    return name.endswith(".lock") or ".tmp" in name
