@@ -11,15 +11,14 @@ kept, so memory stays bounded whatever the input.
 
 The rules are data (``rules``). Most lines are never decoded: ``scan`` finds the few
 that can match, and those, with every line while a traceback (``tracebacks``) or a
-wait is open, go through the per-line path here, the same code that would match
-every line; the hits are identical either way.
+wait (``waits``) is open, go through the per-line path here, the same code that would
+match every line; the hits are identical either way.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .budget import Guard
@@ -29,20 +28,11 @@ from .scan import Finder, Prefilter  # noqa: F401  (Finder re-exported: accel im
 from .scan import (_LINE_BYTES, _NOT_EOL, _RECENT, _Chunk, _delete_all_but, _eol, _last_lines, _Literals, _next_eol,
                    _sample, _scanners, _search_lines)
 from .text import EXCERPT_CHARS, EXCERPT_LINE_CHARS, EXCERPT_LINES  # noqa: F401  (re-exported)
-from .text import _clean, _excerpt, _same, _shorten
+from .text import _clean, _same, _shorten
 from .tracebacks import MAX_OPEN_TRACEBACKS, TRACEBACK_WINDOW, Tracebacks  # noqa: F401  (the limits re-exported)
+from .waits import Waits
 
 __all__ = ["ABORT", "WARN", "METRIC", "Hit", "Measure", "Matcher", "Rule", "builtin_rules", "metric_rule", "regex_rule"]
-
-
-@dataclass
-class _Pending:
-    rule: Rule
-    text: str
-    line_number: int
-    offset: int
-    deadline: int
-    lines: list[str]
 
 
 class Matcher:
@@ -86,9 +76,9 @@ class Matcher:
         self._recent: deque[tuple[int, int, bytes]] = deque(maxlen=_RECENT)  # (line, offset, raw)
         self._tracker = Tracebacks(self._short, self._recent)
         self._tracebacks = self._tracker.open  # the tracker's list itself: _busy reads it on every line
-        self._pending: list[_Pending] = []
+        self._waits = Waits(self._rules, self._short, self._mask)
+        self._pending = self._waits.pending  # the list itself: _busy reads it on every line
         self._exceptions = any(r.kind == "exception" for r in self._rules)
-        self._waiting = tuple(r for r in self._rules if r.follow_regex is not None)
         self._unfiltered, groups = _scanners(self._rules + self._metrics)
         self._owners = tuple(owners for _, _, owners in groups)
         self._literals = _Literals(groups, prefilter)
@@ -339,23 +329,9 @@ class Matcher:
 
     def _visit(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
         """Match a line after skipped ones: first start the waits they would have started."""
-        if self._waiting and self._done < self._line_no - 1 and not self._pending:
-            self._replay_waits()
+        if self._waits.rules and self._done < self._line_no - 1 and not self._pending:
+            self._waits.replay(self._recent, self._done, self._line_no)
         self._line(raw, offset, hits)
-
-    def _replay_waits(self) -> None:
-        """Skipped lines that start a wait (faulthandler's "Timeout") only matter if a
-        follow-up line comes, so the scan looks for follow-ups and starts the wait here."""
-        for line_no, offset, raw in self._recent:
-            if line_no <= self._done:
-                continue
-            text = _clean(raw)
-            for p in self._pending:
-                p.lines.append(self._short(text))
-            for rule in self._waiting:
-                if line_no + rule.follow_within >= self._line_no and rule.regex.search(text):
-                    deadline = line_no + rule.follow_within
-                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [self._short(text)]))
 
     def _line(self, raw: bytes, offset: int, hits: list[Hit]) -> None:
         """Match one line (the reference semantics; the fast path only skips lines)."""
@@ -363,7 +339,7 @@ class Matcher:
         self._line_no += 1
         text = _clean(raw)
         if self._pending:
-            self._follow(text, line_no, hits)
+            self._waits.follow(text, line_no, hits)
         body = None
         lines = None
         if self._exceptions:
@@ -377,8 +353,7 @@ class Matcher:
                 if not self._search(rule, text):
                     continue
                 if rule.follow_regex is not None:
-                    deadline = line_no + rule.follow_within
-                    self._pending.append(_Pending(rule, text, line_no, offset, deadline, [self._short(text)]))
+                    self._waits.start(rule, text, line_no, offset)
                     continue
                 excerpt = self._short(text)
             hits.append(Hit(rule.name, rule.action, rule.description, self._mask(text), line_no, offset, excerpt))
@@ -390,16 +365,3 @@ class Matcher:
                 self._measures.append(Measure(rule.name, value, line_no, offset))
         self._done = line_no
         self._recent.append((line_no, offset, raw))
-
-    def _follow(self, text: str, line_no: int, hits: list[Hit]) -> None:
-        """Confirm or expire rules waiting for a follow-up line."""
-        keep = []
-        for p in self._pending:
-            p.lines.append(self._short(text))
-            if p.rule.follow_regex is not None and p.rule.follow_regex.search(text):
-                excerpt = _excerpt(p.lines, (), 0)
-                hits.append(Hit(p.rule.name, p.rule.action, p.rule.description, self._mask(p.text), p.line_number,
-                                p.offset, excerpt))
-            elif line_no < p.deadline:
-                keep.append(p)
-        self._pending = keep
