@@ -10,10 +10,12 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -120,6 +122,58 @@ def test_no_program_is_written_inside_a_string() -> None:
         text = path.read_text()
         assert not re.search(r"python3?['\"]?,\s*['\"]-c['\"]", text), path
         assert 'REMOTE_FOLLOWER' not in text, path
+
+
+#: Shell control flow in a Python string: a program written inside a string (the bootstrap in
+#: client/ship.py, which finds or installs the shipped files, is the one allowed).
+_SHELL_PROGRAM = re.compile(r"\bif\s+!?\s*[\[{]|\$\?|;\s*do\s|\besac\b|\|\|\s*exit\b|\bwhile\s+\[")
+
+
+def _strings(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of each string literal of a module, f-strings with their literal parts joined."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def test_no_shell_program_is_written_inside_a_string_on_the_client_side() -> None:
+    """A host-side script is a shipped file (sh/pct_exec.sh), shellcheck-clean, not a string in client code."""
+    found = [f"{path.relative_to(REPO)}:{line}: {text[:60]!r}"
+             for path in sorted((REPO / "gpuops").rglob("*.py"))
+             if "agent" not in path.parts and path.name != "ship.py"
+             for line, text in _strings(path) if _SHELL_PROGRAM.search(text)]
+    assert found == []
+    assert _SHELL_PROGRAM.search('rc=$?') and _SHELL_PROGRAM.search('if [ $rc -ne 0 ]; then echo; fi')
+
+
+#: The wire's own modules: the only ones that may read marker lines.
+_WIRE = {"protocol.py", "wire_marks.py", "wire_frames.py"}
+
+
+def test_markers_are_parsed_only_by_the_protocol() -> None:
+    """Each tool's reply has one parser beside its markers: no other module splits marker lines or
+    spells the marker prefix by hand (printing one goes through protocol.mark)."""
+    found = []
+    for path in sorted((REPO / "gpuops").rglob("*.py")):
+        if path.name in _WIRE and path.parent.name == "agent":
+            continue
+        for line, text in _strings(path):
+            if "@@gpuops" in text:
+                found.append(f"{path.relative_to(REPO)}:{line}: spells the marker prefix")
+        code = path.read_text()
+        for pattern in (r"\bmarks\(", r"(?<![A-Z_])MARK\b", r"\bFrameReader\b.*\bsplit\("):
+            for m in re.finditer(pattern, code):
+                found.append(f"{path.relative_to(REPO)}:{code[:m.start()].count(chr(10)) + 1}: {m.group(0)}")
+    assert found == []
+
+
+def test_the_follower_builds_every_frame_through_the_protocol() -> None:
+    """No frame written by hand (b"E ...", b"T %d"): the builders in protocol are the one spelling."""
+    code = (TARGET / "follower.py").read_text()
+    assert not re.search(r"""self\.w\(\s*b["']""", code)
+    assert "end_frame(" in code and "truncated_frame(" in code and "rotated_frame(" in code
 
 
 @pytest.mark.parametrize("name", ["d\n", "a b\n\n", "-x", "~x", " lead", "tab\t"])

@@ -46,10 +46,7 @@ def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
     """Kill what is left of the run (sh/kill_marked.sh); the pids that survived SIGKILL."""
     out = subprocess.run(["bash", os.path.join(HERE, "sh", "kill_marked.sh"), run_id, "%g" % term_wait],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
-    for key, value in p.marks(out):
-        if key == "survivors":
-            return [int(x) for x in value.split() if x.isdigit()]
-    return []
+    return p.parse_kill_marked(out)
 
 
 def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Optional[int]]]]:

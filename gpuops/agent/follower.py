@@ -83,7 +83,7 @@ class Follower:
                 self.inode = st.st_ino
                 if st.st_size < self.offset:
                     self.offset = 0
-                    self.w(b"T %d\n" % self.inode)
+                    self.w(p.truncated_frame(self.inode))
                 self.f.seek(self.offset)
             except OSError:
                 self.f = None
@@ -102,13 +102,13 @@ class Follower:
         if st is None or st.st_ino != self.inode:
             self.f.close()
             self.f, self.offset, self.inode = None, 0, 0
-            self.w(b"R\n")
+            self.w(p.rotated_frame())
             return True
         self.size, self.mtime = st.st_size, st.st_mtime
         if st.st_size < self.offset:
             self.offset = 0
             self.f.seek(0)
-            self.w(b"T %d\n" % self.inode)
+            self.w(p.truncated_frame(self.inode))
             return True
         return False
 
@@ -154,13 +154,13 @@ class Follower:
         return any(isinstance(pid, int) and pid > 0 and running(pid) for pid in pids)
 
     def ended(self, now: float) -> Optional[bytes]:
-        """How the run ended, once it did: abort (the abort sequence finished), exit, or gone."""
+        """The end frame, once the run ended: abort (the abort sequence finished), exit, or gone."""
         if os.path.exists(os.path.join(self.d, p.ABORT_DONE)):
-            return b"abort -"
+            return p.end_frame("abort", None)
         aborting = os.path.exists(os.path.join(self.d, p.ABORT))
         code = self.exit_code()
         if code is not None and not aborting:
-            return b"exit " + code
+            return p.end_frame("exit", code)
         if not self.session or now - self.last_session_check < 1.0:
             return None
         self.last_session_check = now
@@ -169,17 +169,17 @@ class Follower:
             return None
         code = self.exit_code()  # again: run.sh writes it just before its session ends
         if not aborting:
-            return b"exit " + code if code is not None else b"gone -"
+            return p.end_frame("exit", code) if code is not None else p.end_frame("gone", None)
         # Stopped, session gone: the aborter is reaping and draining. Wait for its record, within reason.
         self.gone_since = self.gone_since or now
-        return b"abort -" if now - self.gone_since > ABORTER_GRACE else None
+        return p.end_frame("abort", None) if now - self.gone_since > ABORTER_GRACE else None
 
-    def exit_code(self) -> Optional[bytes]:
+    def exit_code(self) -> Optional[int]:
         text = _read(os.path.join(self.d, p.EXIT_CODE), 64)
         if text is None:
             return None
         text = text.strip()
-        return text if text.lstrip(b"-").isdigit() else b"-1"
+        return int(text) if text.lstrip(b"-").isdigit() else -1
 
     def run(self) -> None:
         last_hb = 0.0
@@ -191,7 +191,7 @@ class Follower:
             now = time.time()
             if not got:
                 if self.once:
-                    self.w(b"E once -\n")
+                    self.w(p.end_frame("once", None))
                     return
                 if end is None:
                     end = self.ended(now)
@@ -201,7 +201,7 @@ class Follower:
                     live = 0 <= age < p.HEARTBEAT_STALE and state != "done"
                     if not live or now - end_seen > WATCHDOG_GRACE:
                         self.pump_events()
-                        self.w(b"E " + end + b"\n")
+                        self.w(end)
                         return
                 time.sleep(p.HEARTBEAT_EVERY / 10 if end is not None else POLL)
             if now - last_hb >= p.HEARTBEAT_EVERY:

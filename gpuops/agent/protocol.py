@@ -2,14 +2,24 @@
 
 Both sides import this module (the client as ``gpuops.agent.protocol``, the target as
 ``gpuops_agent.protocol``), so a marker or a frame is spelled and parsed in one place.
-The shell tools in ``sh/`` print markers too; tests/test_target_package.py checks that every
+The shell tools in ``sh/`` print markers too; tests/test_agent_package.py checks that every
 marker they print is one of ``MARKS``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import Optional
+
+from .wire_frames import (  # noqa: F401  (the wire's names, one import for both sides)
+    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Frame, FrameReader,
+    data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
+)
+from .wire_marks import (  # noqa: F401
+    LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, AbortReply, LockReply, ProbeReply, ProbeRun,
+    ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked, parse_lock, parse_pct_exec, parse_probe,
+    parse_start, said_need_lib, said_stopped,
+)
 
 # -- where things live on the target (relative to the target user's $HOME) --------------------
 STATE_DIR = ".gpuops"
@@ -46,41 +56,6 @@ HEARTBEAT_STALE = 10.0
 #: Seconds between watchdog heartbeats.
 HEARTBEAT_EVERY = 1.0
 
-# -- markers: lines the target tools print for the client to read ------------------------------
-MARK = "@@gpuops "
-MARKS = frozenset({
-    # bootstrap
-    "need-lib",
-    # probe.sh
-    "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
-    "locked", "run", "meta", "exit", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
-    "pct_exec_rc", "pct_rc",
-    # lock.sh
-    "busy", "stale", "gpu-held", "locked-ok",
-    # kill_marked.sh, abort, start, warmup.sh
-    "killed", "survivors", "session-gone", "gpus-after", "stopped", "session-exists", "started", "watchdog-failed",
-    "aborted", "already", "claimed", "prepared", "recorded",
-})
-#: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
-NEED_LIB_EXIT = 97
-#: Exit status of warmup.sh / start when `gpuops stop` ended the launch before training started.
-STOPPED_EXIT = 86
-
-
-def mark(key: str, value: str = "") -> str:
-    """One marker line (without its newline)."""
-    assert key in MARKS, key
-    return MARK + key + (" " + value if value else "")
-
-
-def marks(text: str) -> Iterator[Tuple[str, str]]:
-    """(key, value) of every marker line in text, in order."""
-    for line in text.splitlines():
-        if line.startswith(MARK):
-            key, _, value = line[len(MARK):].partition(" ")
-            yield key, value
-
-
 def state_dir(home: Optional[str] = None) -> str:
     return os.path.join(home or os.path.expanduser("~"), STATE_DIR)
 
@@ -96,76 +71,3 @@ def run_dir(run_id: str, home: Optional[str] = None) -> str:
     return os.path.join(state_dir(home), RUNS, check_run_id(run_id))
 
 
-# -- the follower's frames ----------------------------------------------------------------------
-# D <inode> <offset> <len>\n<bytes>   log bytes at offset
-# W <offset> <len>\n<bytes>           bytes of the watchdog's events file at offset
-# T <inode>                           the log was truncated: what follows starts at 0
-# R                                   the log was replaced (rotated): a new file from 0
-# H <now> <size> <mtime> <wd_age> <wd_offset> <wd_state>
-#                                     heartbeat (every second): the log's size (-1 unknown,
-#                                     -2 missing) and mtime; the watchdog's heartbeat age in
-#                                     seconds (-1: none), the log offset it has matched up
-#                                     to, and its state (watching, aborting, done, or -)
-# E <how> <code>                      the run ended (exit, abort, gone, once) and all was sent
-
-FRAME_DATA, FRAME_EVENTS, FRAME_TRUNCATED, FRAME_ROTATED, FRAME_HEARTBEAT, FRAME_END = b"D", b"W", b"T", b"R", b"H", b"E"
-
-
-def data_frame(inode: int, offset: int, data: bytes) -> bytes:
-    return b"D %d %d %d\n" % (inode, offset, len(data)) + data
-
-
-def events_frame(offset: int, data: bytes) -> bytes:
-    return b"W %d %d\n" % (offset, len(data)) + data
-
-
-def heartbeat_frame(now: float, size: int, mtime: float, wd_age: float, wd_offset: int, wd_state: str) -> bytes:
-    return b"H %.3f %d %.3f %.3f %d %s\n" % (now, size, mtime, wd_age, wd_offset, (wd_state or "-").encode())
-
-
-def end_frame(how: str, code: Optional[int]) -> bytes:
-    return ("E %s %s\n" % (how, "-" if code is None else code)).encode()
-
-
-Frame = Tuple[bytes, tuple]
-
-
-class FrameReader:
-    """Incremental parser of the follower's output: feed chunks of any size, get (kind, fields)."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-        self.noise: List[str] = []  # lines that are no frame (a shell's error message), the last few
-
-    def feed(self, chunk: bytes) -> List[Frame]:
-        self.buf += chunk
-        out: List[Frame] = []
-        while True:
-            nl = self.buf.find(b"\n")
-            if nl < 0:
-                return out
-            head = bytes(self.buf[:nl]).split(b" ")
-            kind = head[0]
-            if kind in (FRAME_DATA, FRAME_EVENTS):
-                length = int(head[-1])
-                if len(self.buf) < nl + 1 + length:
-                    return out
-                data = bytes(self.buf[nl + 1: nl + 1 + length])
-                del self.buf[: nl + 1 + length]
-                if kind == FRAME_DATA:
-                    out.append((kind, (int(head[1]), int(head[2]), data)))
-                else:
-                    out.append((kind, (int(head[1]), data)))
-                continue
-            del self.buf[: nl + 1]
-            if kind == FRAME_HEARTBEAT:
-                wd = (float(head[4]), int(head[5]), head[6].decode()) if len(head) >= 7 else (-1.0, -1, "-")
-                out.append((kind, (float(head[1]), int(head[2]), float(head[3])) + wd))
-            elif kind == FRAME_END:
-                code = head[2] if len(head) > 2 else b"-"
-                out.append((kind, (head[1].decode(), int(code) if code.lstrip(b"-").isdigit() else None)))
-            elif kind in (FRAME_TRUNCATED, FRAME_ROTATED):
-                out.append((kind, ()))
-            else:
-                self.noise = (self.noise + [b" ".join(head).decode("utf-8", "replace")])[-5:]
-        return out

@@ -101,16 +101,16 @@ def _start(job: Job, run_id: str, durations: dict[str, float]) -> None:
     """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
     _record(job, run_id, "running", warmup_seconds=durations)
     result = job.run(tools.start(run_id), timeout=max(job.timeout, 90.0))
-    said = dict(p.marks(result.out))
+    said = p.parse_start(result.out)
     target = job.target.name
-    if "stopped" in said:
+    if said.stopped:
         raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
-    if "session-exists" in said:
+    if said.session_exists:
         raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
-    if "watchdog-failed" in said:
+    if said.watchdog_failed is not None:
         raise TargetNotReady(f"{target}: the watchdog could not start, so training was not started: "
-                             f"{job.mask(said['watchdog-failed'])}", hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
-    if "started" not in said:
+                             f"{job.mask(said.watchdog_failed)}", hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
+    if not said.started:
         _check(job, result, "start the tmux session")
         raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
 

@@ -48,22 +48,21 @@ class LaunchLock:
         self.holder = holder_id()
         self._stream = job.open(tools.lock(job.session, self.holder, job.run_gpus))
         text = self._read_until_locked()
-        for key, value in p.marks(text):
-            if key == "busy":
-                self.release()
-                raise RunAlive(
-                    f"{job.target.name}: a launch of '{job.session}' is already in progress ({value.strip() or 'another gpuops process'})",
-                    hint="wait for it, or see `gpuops status`",
-                )
-            if key == "gpu-held":
-                self.release()
-                gpu, _, holder = value.partition(" ")
-                raise RunAlive(
-                    f"{job.target.name}: GPU {gpu} belongs to another {holder}",
-                    hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
-                )
-            if key == "stale":
-                self.stale_holder = value.strip()
+        said = p.parse_lock(text)
+        if said.busy is not None:
+            self.release()
+            raise RunAlive(
+                f"{job.target.name}: a launch of '{job.session}' is already in progress ({said.busy or 'another gpuops process'})",
+                hint="wait for it, or see `gpuops status`",
+            )
+        if said.gpu_held is not None:
+            self.release()
+            gpu, holder = said.gpu_held
+            raise RunAlive(
+                f"{job.target.name}: GPU {gpu} belongs to another {holder}",
+                hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
+            )
+        self.stale_holder = said.stale
         self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
         self._thread.start()
         return parse_probe(text)
@@ -71,15 +70,14 @@ class LaunchLock:
     def _read_until_locked(self) -> str:
         assert self._stream is not None
         buf = b""
-        marker = ("\n" + p.mark("locked-ok") + "\n").encode()
-        while marker not in buf:
+        while p.LOCKED_OK_LINE not in buf:
             chunk = self._stream.read(self.job.timeout)
             if chunk is None or chunk == b"":
                 code = self._stream.wait(5.0)
                 self._stream.close()
                 self._stream = None
                 text = buf.decode("utf-8", "replace")
-                if any(key in ("busy", "gpu-held") for key, _ in p.marks(text)):
+                if p.parse_lock(text).refused:
                     return text
                 self.job.transport.raise_for_container(text)
                 if code == 70:  # lock.sh could not make ~/.gpuops: no run could be recorded there

@@ -96,7 +96,7 @@ def install_command() -> Cmd:
 
 def needs_lib(exit_code: int, out: str) -> bool:
     """Whether a tool's result says the shipped copy is missing."""
-    return exit_code == p.NEED_LIB_EXIT and p.mark("need-lib") in out
+    return p.said_need_lib(out, exit_code)
 
 
 def install(transport: Any, *, timeout: float, label: str, mask: Any = None) -> None:

@@ -74,16 +74,16 @@ def abort_run(job: Job, run_id: str, reason: str, *, by: str = "client", rule: s
     stdin = json.dumps(record).encode()
     result = run_persistently(job, tools.abort(run_id, by), timeout=job.playbook.abort.grace + 150.0, stdin=stdin)
     out = AbortResult({**record, "by": by})
-    for key, value in p.marks(result.out):
-        if key == "already":
-            out.won = False
-            out.record = _json(value)
-        elif key == "aborted":
-            done = _json(value)
-            out.survivors = [int(x) for x in done.get("survivors") or [] if isinstance(x, int)]
-            out.gpus = list(done.get("gpus") or [])
-            out.seconds = float(done.get("seconds") or 0.0)
-            out.session_gone_at = done.get("session_gone_at")
+    said = p.parse_abort(result.out)
+    if said.already is not None:
+        out.won = False
+        out.record = said.already
+    if said.done is not None:
+        done = said.done
+        out.survivors = [int(x) for x in done.get("survivors") or [] if isinstance(x, int)]
+        out.gpus = list(done.get("gpus") or [])
+        out.seconds = float(done.get("seconds") or 0.0)
+        out.session_gone_at = done.get("session_gone_at")
     return out
 
 
@@ -93,15 +93,4 @@ def reap(job: Job, run_id: str, *, persistent: bool = True) -> list[int]:
     cmd = tools.reap(run_id)
     timeout = max(job.timeout, 30.0)
     result = run_persistently(job, cmd, timeout=timeout) if persistent else job.run(cmd, timeout=timeout)
-    for key, value in p.marks(result.out):
-        if key == "survivors":
-            return [int(x) for x in value.split() if x.isdigit()]
-    return []
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    return p.parse_kill_marked(result.out)

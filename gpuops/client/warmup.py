@@ -16,7 +16,6 @@ from gpuops.agent import protocol as p
 from gpuops.agent.smi import SmiError, parse_sample
 
 TAIL_LINES = 30
-STOPPED_LINE = p.mark("stopped").encode()
 
 
 class WarmupConnectionLost(ConnectError):
@@ -84,7 +83,7 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
             pending += chunk
             *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
             for raw in lines:
-                if raw == STOPPED_LINE:
+                if p.said_stopped(raw):
                     stopped = True
                     continue
                 line = job.mask(raw.decode("utf-8", "replace"))

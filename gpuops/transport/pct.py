@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 
-from gpuops.agent.protocol import MARK
-from gpuops.command import Cmd, Raw, Script, bash
+import gpuops.agent
+from gpuops.agent import protocol as p
+from gpuops.command import Cmd, Script
 from gpuops.errors import ContainerNotRunning
 from gpuops.transport.base import Result, Stream, Transport
 
@@ -37,13 +39,8 @@ class PctTransport:
     def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
         """One host script, as cheap as a raw `pct exec`: `pct status` runs only when the exec failed.
         The result is the exec's (its stderr merged into its stdout)."""
-        ct = str(self.ctid)
-        host_script = Script(
-            Cmd("pct", "exec", ct, "--", *cmd.argv) + [Raw("2>&1")],
-            "rc=$?",
-            f'if [ $rc -ne 0 ]; then echo "{MARK}pct_exec_rc $rc"; {Cmd("pct", "status", ct).render()} 2>&1; echo "{MARK}pct_rc $?"; fi',
-        )
-        result = self.inner.run(bash(host_script), timeout=timeout)
+        result = self.inner.run(Cmd("bash", "-c", Script(_pct_exec_program()), "pct_exec", str(self.ctid), *cmd.argv),
+                                timeout=timeout)
         return _split_exec_status(result)
 
     def open(self, cmd: Cmd) -> Stream:
@@ -101,22 +98,19 @@ def parse_pct_status(result: Result) -> str:
     return text[-1] if text else f"unknown (pct status exited {result.exit_code})"
 
 
+def _pct_exec_program() -> str:
+    """The host-side program: the shipped, shellcheck-clean file sh/pct_exec.sh, sent as `bash -c`'s program."""
+    with open(os.path.join(os.path.dirname(gpuops.agent.__file__), "sh", "pct_exec.sh"), encoding="utf-8") as fh:
+        return fh.read()
+
 
 def _split_exec_status(result: Result) -> tuple[Result, str]:
     """The exec's own output and exit code, and the container's state: `running` when the exec
     worked, else what `pct status` said after it (its stdout and stderr were merged)."""
-    out = result.out
-    lines = out.splitlines()
-    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
-    if not failed:
+    reply = p.parse_pct_exec(result.out)
+    if reply is None:
         return result, "running"
-    exec_out = "".join(out.splitlines(keepends=True)[: failed[0]])
-    said_rc = lines[failed[0]].split()[-1]
-    exec_rc = int(said_rc) if said_rc.isdigit() else 1
-    after = lines[failed[0] + 1 :]
-    said = "\n".join(ln for ln in after if not ln.startswith(MARK))
-    rc = next((int(ln.split()[-1]) for ln in after if ln.startswith(MARK + "pct_rc")), 1)
-    state = parse_pct_status(Result(rc, said.encode(), said.encode()))
+    state = parse_pct_status(Result(reply.status_rc, reply.status_said.encode(), reply.status_said.encode()))
     if state == "running":  # pct status says running, yet pct exec failed
-        state = "running (but pct exec failed: " + " ".join(lines[: failed[0]])[-200:] + ")"
-    return Result(exec_rc, exec_out.encode(), result.stderr), state
+        state = "running (but pct exec failed: " + " ".join(reply.exec_out.splitlines())[-200:] + ")"
+    return Result(reply.exec_rc, reply.exec_out.encode(), result.stderr), state

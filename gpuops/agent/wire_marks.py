@@ -1,0 +1,268 @@
+"""The wire's markers: the lines gpuops' agent tools print, and for each tool the one parser of its reply.
+
+Imported through ``protocol`` (which re-exports every name here); the shell tools in ``sh/`` print
+these markers too, and tests/test_agent_package.py checks that each one they print is in ``MARKS``
+and that no other module reads marker lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+# -- markers: lines the target tools print for the client to read ------------------------------
+MARK = "@@gpuops "
+MARKS = frozenset({
+    # bootstrap
+    "need-lib",
+    # probe.sh
+    "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
+    "locked", "run", "meta", "exit", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
+    "pct_exec_rc", "pct_rc",
+    # lock.sh
+    "busy", "stale", "gpu-held", "locked-ok",
+    # kill_marked.sh, abort, start, warmup.sh
+    "killed", "survivors", "session-gone", "gpus-after", "stopped", "session-exists", "started", "watchdog-failed",
+    "aborted", "already", "claimed", "prepared", "recorded",
+})
+#: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
+NEED_LIB_EXIT = 97
+#: Exit status of warmup.sh / start when `gpuops stop` ended the launch before training started.
+STOPPED_EXIT = 86
+
+
+def mark(key: str, value: str = "") -> str:
+    """One marker line (without its newline)."""
+    assert key in MARKS, key
+    return MARK + key + (" " + value if value else "")
+
+
+def marks(text: str) -> Iterator[Tuple[str, str]]:
+    """(key, value) of every marker line in text, in order."""
+    for line in text.splitlines():
+        if line.startswith(MARK):
+            key, _, value = line[len(MARK):].partition(" ")
+            yield key, value
+
+
+def _object(text: str) -> Dict[str, Any]:
+    """A marker's JSON object value; {} when it is garbled or no object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _int(text: str) -> Optional[int]:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+# -- each tool's reply, parsed beside its markers (the client and the agent both read them here) --
+def said_need_lib(out: str, exit_code: Optional[int] = None) -> bool:
+    """The bootstrap found gpuops' files missing on the target (the client installs them, then retries);
+    exit_code None: the tool ran inside another command (pct_exec.sh) whose status says nothing."""
+    return (exit_code is None or exit_code == NEED_LIB_EXIT) and mark("need-lib") in out
+
+
+@dataclass
+class ProbeRun:
+    """What probe.sh read of a session's current run (its records' raw values)."""
+
+    run_id: str
+    meta: Dict[str, Any] = field(default_factory=dict)
+    exit_code: Optional[int] = None
+    abort: Optional[Dict[str, Any]] = None
+    abort_done: Optional[Dict[str, Any]] = None
+    watchdog: Optional[Dict[str, Any]] = None
+    watchdog_running: bool = True
+    log_size: Optional[int] = None
+    log_mtime: Optional[float] = None
+    samples_text: str = ""
+
+
+@dataclass
+class ProbeSession:
+    session: str
+    alive: bool = False
+    locked_by: Optional[str] = None
+    run: Optional[ProbeRun] = None
+
+
+@dataclass
+class ProbeReply:
+    """probe.sh's output: the clock, raw nvidia-smi sections and their exit codes, tools, sessions."""
+
+    now: Optional[float] = None
+    smi: bool = True  # False: no nvidia-smi on the target
+    gpus_text: str = ""
+    apps_text: str = ""
+    gpus_rc: int = 1
+    apps_rc: int = 1
+    tmux: bool = True
+    python: Optional[Tuple[int, ...]] = None
+    sessions: Dict[str, ProbeSession] = field(default_factory=dict)
+
+
+def parse_probe(text: str) -> ProbeReply:
+    """probe.sh's marked sections (and lock.sh's, which ends with a probe) back into values."""
+    reply = ProbeReply()
+    section: Optional[str] = None
+    buf: Dict[str, List[str]] = {"gpus": [], "apps": [], "samples": []}
+    current: Optional[ProbeSession] = None
+    for line in text.splitlines():
+        if not line.startswith(MARK):
+            if section is not None:
+                buf[section].append(line)
+            continue
+        key, _, value = line[len(MARK):].partition(" ")
+        section = key if key in buf else None
+        if key == "now":
+            reply.now = float(value) if value else None
+        elif key in ("gpus_rc", "apps_rc"):
+            setattr(reply, key, int(value or 1))
+        elif key == "nosmi":
+            reply.smi = False
+        elif key == "notmux":
+            reply.tmux = False
+        elif key == "python":
+            parts = value.strip().split(".")
+            reply.python = tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else None
+        elif key == "samples":
+            buf["samples"] = []
+        elif key == "samples_end":
+            if current is not None and current.run is not None:
+                current.run.samples_text = "\n".join(buf["samples"])
+        elif key == "session":
+            current = reply.sessions.setdefault(value, ProbeSession(value))
+        elif current is not None:
+            _probe_field(current, key, value)
+    reply.gpus_text, reply.apps_text = "\n".join(buf["gpus"]), "\n".join(buf["apps"])
+    return reply
+
+
+def _probe_field(state: ProbeSession, key: str, value: str) -> None:
+    if key == "alive":
+        state.alive = True
+    elif key == "locked":
+        state.locked_by = value or "another gpuops launch"
+    elif key == "run":
+        state.run = ProbeRun(value)
+    elif state.run is None:
+        return
+    elif key in ("meta", "abort", "abort_done", "watchdog"):
+        setattr(state.run, key, _object(value))
+    elif key == "exit":
+        state.run.exit_code = _int(value)
+    elif key == "watchdog_pid":
+        state.run.watchdog_running = value.strip() == "alive"
+    elif key == "log":
+        size, _, mtime = value.partition(" ")
+        state.run.log_size, state.run.log_mtime = int(size), float(mtime)
+
+
+def said_stopped(line: bytes) -> bool:
+    """warmup.sh's (and start's) line saying `gpuops stop` ended the launch before training started."""
+    return line == _STOPPED_LINE
+
+
+_STOPPED_LINE = (MARK + "stopped").encode()
+
+#: lock.sh prints this line once it holds the locks (a probe taken under them comes before it).
+LOCKED_OK_LINE = ("\n" + MARK + "locked-ok\n").encode()
+
+
+@dataclass
+class LockReply:
+    """lock.sh's answer: who holds the session (busy) or a GPU (gpu_held: gpu, holder), a stale holder."""
+
+    busy: Optional[str] = None
+    gpu_held: Optional[Tuple[str, str]] = None
+    stale: Optional[str] = None
+
+    @property
+    def refused(self) -> bool:
+        return self.busy is not None or self.gpu_held is not None
+
+
+def parse_lock(text: str) -> LockReply:
+    reply = LockReply()
+    for key, value in marks(text):
+        if key == "busy" and not reply.refused:
+            reply.busy = value.strip()
+        elif key == "gpu-held" and not reply.refused:
+            gpu, _, holder = value.partition(" ")
+            reply.gpu_held = (gpu, holder)
+        elif key == "stale":
+            reply.stale = value.strip()
+    return reply
+
+
+@dataclass
+class StartReply:
+    """start's answer: stopped (by `gpuops stop`), the session existed, the watchdog failed (why), started."""
+
+    stopped: bool = False
+    session_exists: bool = False
+    watchdog_failed: Optional[str] = None
+    started: bool = False
+
+
+def parse_start(text: str) -> StartReply:
+    said = dict(marks(text))
+    return StartReply("stopped" in said, "session-exists" in said, said.get("watchdog-failed"), "started" in said)
+
+
+@dataclass
+class AbortReply:
+    """abort's answer: the record it claimed, or the one that was there already; then abort-done's record."""
+
+    claimed: Optional[Dict[str, Any]] = None
+    already: Optional[Dict[str, Any]] = None
+    done: Optional[Dict[str, Any]] = None
+
+
+def parse_abort(text: str) -> AbortReply:
+    reply = AbortReply()
+    for key, value in marks(text):
+        if key in ("claimed", "already"):
+            setattr(reply, key, _object(value))
+        elif key == "aborted":
+            reply.done = _object(value)
+    return reply
+
+
+def parse_kill_marked(text: str) -> List[int]:
+    """kill_marked.sh's answer: the pids that survived SIGKILL."""
+    for key, value in marks(text):
+        if key == "survivors":
+            return [int(x) for x in value.split() if x.isdigit()]
+    return []
+
+
+@dataclass
+class PctExecReply:
+    """pct_exec.sh's answer after a failed `pct exec`: the exec's status and output, then `pct status`'s."""
+
+    exec_rc: int
+    exec_out: str
+    status_rc: int
+    status_said: str
+
+
+def parse_pct_exec(text: str) -> Optional[PctExecReply]:
+    """pct_exec.sh's answer: None when the command ran in the container (its output is all of text)."""
+    lines = text.splitlines(keepends=True)
+    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
+    if not failed:
+        return None
+    head, after = lines[failed[0]], "".join(lines[failed[0] + 1:])
+    exec_rc = _int(head[len(MARK + "pct_exec_rc"):])
+    status_rc = next((_int(v) for k, v in marks(after) if k == "pct_rc"), None)
+    said = "\n".join(ln for ln in after.splitlines() if not ln.startswith(MARK))
+    return PctExecReply(1 if exec_rc is None or exec_rc < 0 else exec_rc, "".join(lines[: failed[0]]),
+                        1 if status_rc is None else status_rc, said)
+
+

@@ -1,0 +1,161 @@
+"""Each agent tool's reply, read by its one parser in gpuops/agent/protocol.py, on the tool's real output.
+
+The tools run here for real (bash, flock, the shipped package as `python3 -m gpuops.agent`); only
+nvidia-smi and pct are the bench's stand-ins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.fakes import FakeProxmox, make_root
+from gpuops.agent import protocol as p
+from gpuops.transport.base import Result
+from gpuops.transport.pct import parse_pct_status
+
+REPO = Path(__file__).resolve().parents[1]
+SH = REPO / "gpuops" / "agent" / "sh"
+RUN_ID = "20261201-101500-abc123"
+
+
+@pytest.fixture
+def fake() -> FakeProxmox:
+    fake = FakeProxmox(make_root("gpuops-wire-"))
+    fake.add_container(200, gpus=2)
+    fake.add_container(201, running=False)
+    yield fake
+    fake.cleanup()
+
+
+def tool(fake: FakeProxmox, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """One agent tool, run inside container 200's environment (its HOME, GPUs, tmux dir)."""
+    return subprocess.run(list(argv), env=fake.env(200), input=stdin, capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+
+
+def agent(fake: FakeProxmox, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**fake.env(200), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "gpuops.agent", *argv], env=env, input=stdin, capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def make_run(fake: FakeProxmox, session: str = "train", **records: str) -> Path:
+    """A run directory with the given records, pointed to by its session."""
+    g = fake.home(200) / ".gpuops"
+    d = g / "runs" / RUN_ID
+    d.mkdir(parents=True)
+    (g / "sessions").mkdir(exist_ok=True)
+    (g / "sessions" / session).write_text(RUN_ID)
+    for name, text in records.items():
+        (d / name).write_text(text)
+    return d
+
+
+def test_probe_reply_carries_gpus_tools_and_each_record_of_the_run(fake: FakeProxmox) -> None:
+    make_run(fake, **{p.META: json.dumps({"phase": "running", "gpus": [0]}), p.EXIT_CODE: "3\n",
+                      p.ABORT: json.dumps({"reason": "stall"}), p.LOG: "hello\n"})
+    done = tool(fake, "bash", str(SH / "probe.sh"), "train", "other")
+    assert done.returncode == 0, done.stderr
+    reply = p.parse_probe(done.stdout)
+    assert reply.smi and reply.gpus_rc == 0 and reply.apps_rc == 0
+    assert len(reply.gpus_text.splitlines()) == 2  # one CSV row a GPU of the container
+    assert reply.tmux and reply.python is not None and len(reply.python) == 3  # the target's python3
+    assert set(reply.sessions) == {"train", "other"}
+    assert reply.sessions["other"].run is None
+    run = reply.sessions["train"].run
+    assert run is not None and run.run_id == RUN_ID
+    assert (run.meta["phase"], run.exit_code, run.abort, run.log_size) == ("running", 3, {"reason": "stall"}, 6)
+    assert reply.now is not None and abs(reply.now - run.log_mtime) < 3600
+
+
+def test_probe_without_nvidia_smi_says_so(fake: FakeProxmox, tmp_path: Path) -> None:
+    env = {**fake.env(200), "PATH": "/usr/bin:/bin"}
+    if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in env["PATH"].split(":")):
+        pytest.skip("a real nvidia-smi is on /usr/bin here")
+    done = subprocess.run(["bash", str(SH / "probe.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert p.parse_probe(done.stdout).smi is False
+
+
+def test_lock_reply_takes_the_lock_and_a_second_launch_is_told_who_holds_it(fake: FakeProxmox) -> None:
+    env = fake.env(200)
+    first = subprocess.Popen(["bash", str(SH / "lock.sh"), "train", "alice@laptop", "0"], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        out = b""
+        assert first.stdout is not None
+        while p.LOCKED_OK_LINE not in out:
+            chunk = first.stdout.read1(4096)
+            assert chunk, out
+            out += chunk
+        said = p.parse_lock(out.decode())
+        assert not said.refused and said.stale is None
+        assert "train" in p.parse_probe(out.decode()).sessions  # the probe taken under the lock
+        second = tool(fake, "bash", str(SH / "lock.sh"), "train", "bob@desk", "1")
+        busy = p.parse_lock(second.stdout)
+        assert busy.refused and busy.busy == "alice@laptop", second.stdout
+        third = tool(fake, "bash", str(SH / "lock.sh"), "eval", "bob@desk", "0")
+        held = p.parse_lock(third.stdout)
+        assert held.refused and held.gpu_held == ("0", "launch: session train: alice@laptop"), third.stdout
+    finally:
+        assert first.stdin is not None
+        first.stdin.write(b"release\n")
+        first.stdin.close()
+        first.wait(30)
+
+
+def test_kill_marked_reply_lists_no_survivor_once_the_run_is_killed(fake: FakeProxmox) -> None:
+    env = {**fake.env(200), "GPUOPS_RUN_ID": RUN_ID}
+    victim = subprocess.Popen(["bash", "-c", "trap '' TERM; while :; do sleep 1; done"], env=env)
+    try:
+        done = tool(fake, "bash", str(SH / "kill_marked.sh"), RUN_ID, "1")
+        assert p.parse_kill_marked(done.stdout) == [], done.stdout
+        assert victim.wait(30) == -9  # TERM ignored, so KILL it was
+        again = tool(fake, "bash", str(SH / "kill_marked.sh"), RUN_ID)
+        assert (again.stdout, p.parse_kill_marked(again.stdout)) == (p.mark("killed", "0") + "\n", [])
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_kill_marked_reply_names_the_survivors() -> None:
+    assert p.parse_kill_marked(p.mark("survivors", "12 345 ") + "\n") == [12, 345]
+
+
+def test_start_reply_says_stopped_when_gpuops_stop_came_first(fake: FakeProxmox) -> None:
+    make_run(fake, **{p.WATCH: json.dumps({"session": "train"}), p.ABORT: json.dumps({"reason": "stop"})})
+    done = agent(fake, "start", RUN_ID)
+    assert done.returncode == p.STOPPED_EXIT, done.stderr
+    said = p.parse_start(done.stdout)
+    assert said.stopped and not said.started and said.watchdog_failed is None
+
+
+def test_abort_reply_reports_the_abort_that_was_there_first_and_its_result(fake: FakeProxmox) -> None:
+    first = {"reason": "stall", "by": "watchdog"}
+    result = {"survivors": [], "gpus": [{"index": 0}], "seconds": 1.5}
+    make_run(fake, **{p.ABORT: json.dumps(first), p.ABORT_DONE: json.dumps(result)})
+    done = agent(fake, "abort", RUN_ID, "client", stdin=json.dumps({"reason": "stop"}))
+    assert done.returncode == 0, done.stderr
+    said = p.parse_abort(done.stdout)
+    assert said.claimed is None and said.already is not None and said.already["reason"] == "stall"
+    assert said.done is not None and (said.done["seconds"], said.done["gpus"]) == (1.5, [{"index": 0}])
+
+
+def test_pct_exec_reply_is_none_in_a_running_container_and_pct_status_after_a_failed_exec(fake: FakeProxmox) -> None:
+    env = {**fake.env(None), "PATH": str(REPO / "tests" / "standins" / "bin") + ":" + fake.env(None)["PATH"]}
+
+    def run(ct: str) -> str:
+        return subprocess.run(["bash", str(SH / "pct_exec.sh"), ct, "echo", "inside"], env=env, capture_output=True,
+                              text=True, timeout=60, cwd=fake.home(None)).stdout
+
+    ran = run("200")
+    assert (ran, p.parse_pct_exec(ran)) == ("inside\n", None)
+    failed = p.parse_pct_exec(run("201"))
+    assert failed is not None and failed.exec_rc != 0
+    said = Result(failed.status_rc, failed.status_said.encode(), b"")
+    assert parse_pct_status(said) == "stopped", failed
