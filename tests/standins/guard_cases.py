@@ -1,0 +1,143 @@
+"""Training-code shapes the compile guard must handle, run by tests/test_guard.py in a fresh process
+(PYTHONPATH: the guard's folder, if on, then tests/standins for the stand-in torch; or real torch).
+
+    python3 guard_cases.py CASE     prints one JSON line: errors, what ran, the guard's counts
+
+No case changes to suit the guard: each is code as a trainer writes it.
+"""
+
+import json
+import sys
+import threading
+
+import torch
+
+THREADS = 3
+DEVICE = "cuda" if getattr(torch, "cuda", None) is not None and torch.cuda.is_available() else "cpu"
+
+
+def in_threads(work, steps=3):
+    """Each of THREADS threads runs work(i) `steps` times, all starting together; the errors they raised."""
+    barrier = threading.Barrier(THREADS)
+    errors = []
+
+    def run(i):
+        barrier.wait()
+        try:
+            for _ in range(steps):
+                work(i)
+        except RuntimeError as exc:
+            errors.append(str(exc).splitlines()[0])
+
+    threads = [threading.Thread(target=run, args=(i,), name="drafter-%d" % i) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def x(*shape, **kw):
+    return torch.randn(*shape, device=DEVICE, **kw)
+
+
+def step(a, w):
+    return a * w + 1
+
+
+def case_functions():
+    """Each thread its own torch.compile(fn), first-called at the same moment."""
+    fns = [torch.compile(step) for _ in range(THREADS)]
+    return in_threads(lambda i: fns[i](x(4, 32), x(4, 32)))
+
+
+def case_options():
+    """torch.compile(fn, **options), one function shared by the threads."""
+    fn = torch.compile(step, mode="reduce-overhead", dynamic=False)
+    return in_threads(lambda i: fn(x(4, 32), x(4, 32)))
+
+
+def case_decorator():
+    """@torch.compile on one function, @torch.compile(...) on another, each thread calling both."""
+    @torch.compile
+    def a(t):
+        return t + 1
+
+    @torch.compile(fullgraph=True)
+    def b(t):
+        return t * 2
+
+    return in_threads(lambda i: b(a(x(8, 8 + i))))
+
+
+def _linear(n):
+    if DEVICE == "cuda":
+        return torch.nn.Linear(n, n).to(DEVICE)
+    return torch.nn.Linear(n, n)
+
+
+def case_module():
+    """torch.compile(module): each thread its own module; the compiled object stays a Module."""
+    mods = [torch.compile(_linear(16)) for _ in range(THREADS)]
+    assert all(isinstance(m, torch.nn.Module) for m in mods)
+    for m in mods:
+        m.train()
+    return in_threads(lambda i: mods[i](x(2, 16)))
+
+
+def case_module_compile():
+    """nn.Module.compile(): in place, each thread its own module."""
+    mods = [_linear(16) for _ in range(THREADS)]
+    for m in mods:
+        m.compile()
+    return in_threads(lambda i: mods[i](x(2, 16)))
+
+
+def case_nested():
+    """A compiled function calling another compiled function: the inner first call inside the outer
+    one, then (thread 0 changing a size the outer one reads) unseen inner signatures inside cached
+    outer calls, while the other threads' cached outer calls run."""
+    inner = torch.compile(lambda t: t + 1)
+    size = [2]
+
+    def outer_fn(t):
+        return inner(x(2, size[0])) + t
+
+    outer = torch.compile(outer_fn)
+
+    def work(i):
+        if i == 0:
+            size[0] += 1
+        outer(x(2, 2))
+
+    return in_threads(work, steps=6)
+
+
+def case_eval():
+    """The same compiled function in training and then under no_grad (grad mode is keyed)."""
+    fn = torch.compile(step)
+
+    def work(i):
+        fn(x(4, 4), x(4, 4))
+        with torch.no_grad():
+            fn(x(4, 4), x(4, 4))
+
+    return in_threads(work)
+
+
+def case_nocompile():
+    """torch imported, nothing compiled."""
+    return []
+
+
+def main(name):
+    errors = globals()["case_" + name]()
+    guarded = getattr(torch.compile, "_gpuops_compile_guard", False)
+    counts = None
+    if guarded:
+        counts = sys.modules["_gpuops_agent.guard.tally"].COUNTS.as_record()
+    print(json.dumps({"errors": errors, "guarded": guarded, "counts": counts}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
