@@ -1,0 +1,148 @@
+"""How `gpuops status` shows a target, drawn from its status data (client/status.py's TargetStatus):
+plain lines when piped, rich renderables on a terminal. Each view reads the data, never the other's text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_STOPPED_BY = {"watchdog": "the watchdog", "client": "a following client", "stop": "gpuops stop", "timeout": "--timeout"}
+
+
+def throughput_words(run: Any) -> str:
+    """The run's latest throughput figure against its baseline (from the watchdog's heartbeat)."""
+    tele = (run.watchdog or {}).get("telemetry") or {}
+    figure, base = tele.get("throughput"), (tele.get("baseline") or {}).get("throughput")
+    if figure is None:
+        return ""
+    if not base:
+        return f"; throughput {figure:,.0f} (no baseline yet)"
+    where = f" of run {tele['baseline']['run']}" if (tele.get("baseline") or {}).get("run") else ""
+    return f"; throughput {figure:,.0f} = {figure / base:.2f}x the baseline {base:,.0f}{where}"
+
+
+def watchdog_words(run: Any) -> str:
+    """The run's watchdog in a few words: alive and how fresh, done, or gone while the run goes on."""
+    live = run.state in ("running", "aborting")
+    age = run.watchdog_age
+    if run.watchdog is None:
+        return "; no watchdog (only a following client guards it)" if live else ""
+    if run.watchdog.get("state") == "done":
+        return "; watchdog done"
+    restarts = run.watchdog.get("restarts") or 0
+    again = f", restarted {restarts}x" if restarts else ""
+    if run.watchdog_alive:
+        return f"; watchdog alive (heartbeat {age:.1f}s ago{again})"
+    if live:
+        return (f"; WATCHDOG GONE (last heartbeat {age:.0f}s ago): nothing guards the run; "
+                "`gpuops logs -f` watches it" if age is not None else "; WATCHDOG GONE")
+    return ""
+
+
+def session_words(s: Any) -> str:
+    """One tmux session: alive or not, a launch in progress, its run, how it ended, its watchdog."""
+    text = f"session {s.session} {'alive' if s.alive else 'not running'}"
+    if s.locked_by:
+        text += f"; launch in progress ({s.locked_by})"
+    if not s.run:
+        return text
+    ago = s.run.seconds_since_log
+    text += f"; run {s.run.run_id} {s.run.state}"
+    if s.run.exit_code is not None:
+        text += f" (exit {s.run.exit_code})"
+    if ago is not None:
+        text += f"; log grew {ago:.0f}s ago"
+    rule = (s.run.abort or {}).get("rule")
+    if rule:
+        text += f"; matched {rule}"
+    by = (s.run.abort or {}).get("by")
+    if by:
+        text += f"; stopped by {_STOPPED_BY.get(by, by)}"
+    text += throughput_words(s.run) if s.alive else ""
+    return text + watchdog_words(s.run)
+
+
+def head_words(r: Any) -> str:
+    """The target's first line: unreachable and why, or how it was reached."""
+    if r.error:
+        return f"unreachable: {r.error}"
+    return f"reachable via {r.host}" + (f", container {r.ctid} {r.container}" if r.ctid is not None else "")
+
+
+def notes(r: Any) -> tuple[list[str], list[str]]:
+    """The target's other lines, those before its GPUs (a hint, nvidia-smi's state) and those after (tmux, runs)."""
+    if r.error:
+        return ([f"hint: {r.hint}"] if r.hint else []), []
+    probe = r.probe
+    if probe is None:
+        return [], []
+    before = []
+    if probe.smi == "absent":
+        before.append("no nvidia-smi on this target (no GPUs to show)")
+    elif probe.smi == "error":
+        before.append(f"nvidia-smi failed: {probe.smi_error}")
+    after = [] if probe.tmux else ["tmux is not installed"]
+    after += [session_words(s) for s in probe.sessions.values()]
+    if not probe.sessions:
+        after.append("no gpuops runs")
+    return before, after
+
+
+def _memory(history: dict[int, Any], index: int) -> str:
+    """A GPU's memory over the last minutes as a sparkline and its shape; '' without samples."""
+    from gpuops.cli.spark import shape, sparkline
+
+    series, swing = history.get(index, ([], 0.0))
+    return f"{sparkline(series, 30, min_span=256)} {shape(series, swing)}" if series else ""
+
+
+def _history(probe: Any) -> dict[int, Any]:
+    from gpuops.client.status import memory_history
+
+    return memory_history(probe)
+
+
+def plain_lines(r: Any) -> list[str]:
+    """Every line prefixed by its target, so output from many targets stays greppable."""
+    p = f"{r.target}:"
+    before, after = notes(r)
+    lines = [f"{p} {head_words(r)}"] + [f"{p} {n}" for n in before]
+    probe = r.probe if not r.error else None
+    if probe is not None:
+        history = _history(probe)
+        for g in probe.gpus:
+            procs = ", ".join(f"{x.pid}:{x.name}:{x.used_mib}MiB" for x in g.processes) or "-"
+            util = "?" if g.utilization_pct is None else f"{g.utilization_pct}%"
+            line = f"{p} gpu {g.index} {g.memory_used_mib}/{g.memory_total_mib} MiB util {util} procs {procs}"
+            memory = _memory(history, g.index)
+            lines.append(line + (f" memory {memory}" if memory else ""))
+    return lines + [f"{p} {n}" for n in after]
+
+
+def rich_view(results: list[Any]) -> Any:
+    """The status as rich renderables; every text is a rich Text, so `[host]:port` or `:name:` is never markup."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for r in results:
+        head = Table.grid(padding=(0, 1))
+        head.add_row(Text(r.target, style="bold"), Text(" " + head_words(r)))
+        parts.append(head)
+        before, after = notes(r)
+        probe = r.probe if not r.error else None
+        if probe is not None and probe.gpus:
+            history = _history(probe)
+            t = Table(show_edge=False, pad_edge=False)
+            for col in ("GPU", "memory used", "total", "util", "processes") + (("memory, last minutes",) if history else ()):
+                t.add_column(col)
+            for g in probe.gpus:
+                cells = [str(g.index), f"{g.memory_used_mib} MiB", f"{g.memory_total_mib} MiB",
+                         "?" if g.utilization_pct is None else f"{g.utilization_pct}%",
+                         ", ".join(f"{x.pid} {x.name} {x.used_mib} MiB" for x in g.processes) or "-"]
+                if history:
+                    cells.append(_memory(history, g.index))
+                t.add_row(*(Text(c) for c in cells))
+            parts.append(t)
+        parts.extend(Text("  " + n.strip()) for n in before + after)
+    return Group(*parts)
