@@ -125,6 +125,23 @@ def case_eval():
     return in_threads(work)
 
 
+def case_flex():
+    """The incident's shape (real torch on a GPU only): each thread its own torch.compile(flex_attention),
+    forward and backward, bf16, B=1 H=8 S=2048 D=64, a causal block mask; 5 steps each."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 2048, 2048, device="cuda")
+    fns = [torch.compile(flex_attention) for _ in range(THREADS)]
+
+    def work(i):
+        q, k, v = (torch.randn(1, 8, 2048, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        fns[i](q, k, v, block_mask=mask).sum().backward()
+        torch.cuda.synchronize()
+
+    return in_threads(work, steps=5)
+
+
 def case_nocompile():
     """torch imported, nothing compiled."""
     return []
