@@ -65,19 +65,27 @@ def test_a_secret_straddling_the_excerpt_cut_never_shows_a_piece(cut_at: int) ->
 
 
 def test_restarting_at_a_checkpoint_finds_the_same_hits_once() -> None:
+    """A watchdog restarted at its saved checkpoint reports what one uninterrupted matcher would: cut at
+    every line end (and mid-line), resume where checkpoint() says, and the hits before and after add up."""
     data = (LOGS / "fx_race_interleaved.txt").read_bytes() + (LOGS / "faulthandler_timeout.txt").read_bytes()
     whole = [(h.rule, h.line_number, h.offset) for h in Matcher(builtin_rules()).feed(data)]
-    for cut in range(0, len(data), 97):
+    assert [rule for rule, _, _ in whole] == ["fx-tracing-race"] * 3 + ["faulthandler-timeout"]
+    line_ends = [i + 1 for i, byte in enumerate(data) if byte == 10]
+    resumed_with: list[int] = []  # how many of the hits each checkpointed cut had already seen
+    for cut in sorted({0, *line_ends, *range(0, len(data), 97)}):
         first = Matcher(builtin_rules())
         seen = [(h.rule, h.line_number, h.offset) for h in first.feed(data[:cut])]
         point = first.checkpoint()
-        if point is None:
+        if point is None:  # a traceback is open or a line is cut: no checkpoint there, by design
             continue
         offset, line = point
         again = Matcher(builtin_rules(), start_offset=offset, start_line=line)
         resumed = [(h.rule, h.line_number, h.offset) for h in again.feed(data[offset:])]
         merged = seen + [h for h in resumed if h not in seen]
         assert merged == whole, cut
+        resumed_with.append(len(seen))
+    # the resumed matcher had hits to find: before any hit, and between the FX race and the faulthandler dump
+    assert 0 in resumed_with and 3 in resumed_with, resumed_with
 
 
 def test_metric_rules_read_every_figure_and_never_hit() -> None:
