@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.client.warmup import render_warmup_command
 from gpuops.config import load_inventory, load_playbook, resolve_target
 from gpuops.config.model import EnvVar, Preflight, RuleSpec
 from gpuops.errors import ConfigError, Mark, UsageError
@@ -848,9 +850,18 @@ def test_warmup_without_placeholder_is_fine(tmp_path: Path) -> None:
     assert pb.warmup is not None and pb.warmup.gpus == (1, 0) and pb.warmup.command == "./warm.sh"
 
 
-def test_warmup_escaped_braces_are_fine(tmp_path: Path) -> None:
-    text = LAUNCH + "warmup:\n  gpus: [0]\n  command: echo ${{HOME}} {gpu} | awk '{{print $1}}'\n"
-    assert load_playbook(write(tmp_path, text), environ={}).warmup is not None
+def test_warmup_escaped_braces_reach_the_shell_as_single_braces(tmp_path: Path) -> None:
+    """`${{HOME}}` and `awk '{{print $1}}'` run as `${HOME}` and `awk '{print $1}'`, with {gpu} replaced:
+    what the warmup runs on the target, and what --dry-run shows."""
+    text = "target: local\n" + LAUNCH + "warmup:\n  gpus: [3]\n  command: echo ${{HOME}}:{gpu} | awk '{{print $1}}'\n"
+    path = write(tmp_path, text)
+    command = render_warmup_command(load_playbook(path, environ={}).warmup.command, 3)
+    assert command == "echo ${HOME}:3 | awk '{print $1}'"
+    ran = subprocess.run(["bash", "-c", command], env={"HOME": "/home/op", "PATH": os.environ["PATH"]},
+                         capture_output=True, text=True, timeout=10)
+    assert (ran.returncode, ran.stdout) == (0, "/home/op:3\n")
+    dry = gpuops("launch", "--dry-run", "-i", str(ROOT / "inventories/local.yaml"), "-p", path)
+    assert dry.code == 0 and shlex.quote(command).encode() in dry.out
 
 
 def test_warmup_unknown_placeholder(tmp_path: Path) -> None:
