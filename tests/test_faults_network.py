@@ -325,12 +325,16 @@ def test_follow_survives_an_sshd_restart(ct: Ct) -> None:
     ct.playbook(numbered(count, 40))
     launch = ct.start("launch")
     launch.wait_for(lambda: launch.numbered_seen() >= 100, "line 100 to stream", timeout=90)
-    port = ct.sshd.port
     ct.sshd.stop()
     launch.wait_for(lambda: "reconnecting" in launch.err, "gpuops to notice the dropped connection", timeout=30)
-    time.sleep(2)  # down for a while: connects are refused meanwhile and retried
+    # Down for a while: the run goes on writing (80 lines at 40/s) while gpuops' connects are refused,
+    # and gpuops keeps retrying them instead of giving up (exit 3).
+    written = max(numbers(ct.log()), default=0)
+    wait_until(lambda: max(numbers(ct.log()), default=0) >= written + 80, timeout=60,
+               message="the run to write on while sshd is down")
+    assert launch.proc.poll() is None, launch
+    assert launch.numbered_seen() < written + 80, "lines arrived while sshd was down"
     ct.sshd.start()
-    assert ct.sshd.port == port
     result = launch.finish()
     assert result.code == 0, result
     assert_every_line_once(numbers(result.out), count)
