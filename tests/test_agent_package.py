@@ -113,15 +113,83 @@ def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
     assert "need-lib" in printed and "locked-ok" in printed and "survivors" in printed
 
 
-def test_no_program_is_written_inside_a_string() -> None:
-    """What runs on the target is a file: gpuops' own modules hold no `python3 -c` program and no
-    script of more than a few lines (the bootstrap that finds the shipped files is three)."""
-    import re
+# A program inside a string: shell control flow, an exit status read back, a heredoc, a `python -c`.
+SHELL_PROGRAM = re.compile(
+    r"(?:^|[;&|{(]\s*|\n\s*)(?:if|while|until|for)\s.*?(?:;|\n)\s*(?:then|do)\b"  # if ...; then / for ...; do
+    r"|(?:^|[;&|]\s*|\n\s*)case\s.*?\sin\b"
+    r"|\$\?"  # an exit status read back: a second statement that depends on the first
+    r"|<<-?\s*['\"]?[A-Za-z_]+"  # a heredoc
+    r"|\bpython[0-9.]*\s+(?:-[A-Za-z]+\s+)*-[A-Za-z]*c\b",  # python3 -c '...'
+    re.S,
+)
+PYTHON_C_ARGV = re.compile(r"""(?:python3?['"]?|sys\.executable),\s*['"]-[A-Za-z]*c['"]""")
+# The one program that cannot be a shipped file: the installer that puts the shipped files there.
+ALLOWED = {("gpuops/client/ship.py", "install_command")}
+# Being moved into a shipped tool right now (issue 17): its own test below is a strict xfail, so it fails the
+# suite the moment the script is gone, and this entry and that mark are then removed.
+PENDING = {("gpuops/client/status.py", "probe_target")}
 
-    for path in sorted((REPO / "gpuops").rglob("*.py")):
-        text = path.read_text()
-        assert not re.search(r"python3?['\"]?,\s*['\"]-c['\"]", text), path
-        assert 'REMOTE_FOLLOWER' not in text, path
+
+def inline_programs(path: Path, root: Path = REPO) -> list[str]:
+    """`function: text` for each string literal of `path` that holds a program (f-strings read with {} holes)."""
+    rel = str(path.relative_to(root))
+    found = [f"{rel}: argv runs python -c" for _ in PYTHON_C_ARGV.finditer(path.read_text())]
+    tree = ast.parse(path.read_text(), rel)
+    owner: dict[int, str] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                owner.setdefault(id(node), fn.name)  # the outermost function wins: walk goes outside in
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and not _is_docstring(tree, node):
+            text = node.value
+        else:
+            continue
+        where = owner.get(id(node), "<module>")
+        if SHELL_PROGRAM.search(text) and (rel, where) not in ALLOWED:
+            found.append(f"{rel}:{node.lineno} {where}: {text[:80]!r}")
+    return found
+
+
+def _pending(hit: str) -> bool:
+    return any(hit.startswith(f"{rel}:") and f" {fn}: " in hit for rel, fn in PENDING)
+
+
+def _is_docstring(tree: ast.Module, node: ast.Constant) -> bool:
+    return any(isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and d.body
+               and isinstance(d.body[0], ast.Expr) and d.body[0].value is node for d in ast.walk(tree))
+
+
+def test_no_program_is_written_inside_a_string() -> None:
+    """What runs on the target is a file (gpuops/agent: sh/*.sh, the Python modules): no module of gpuops holds
+    a `python3 -c` program, a heredoc, or a shell program with control flow or `$?` in a string; the bootstrap
+    that finds the shipped files is two plain statements, and only the installer that ships them is inline."""
+    found = [hit for path in sorted((REPO / "gpuops").rglob("*.py")) for hit in inline_programs(path)]
+    assert [hit for hit in found if not _pending(hit)] == []
+
+
+@pytest.mark.xfail(strict=True, reason="status.py still builds its pct exec / pct status host script inline; "
+                   "it is being moved to a shipped tool (issue 17): then this passes, and PENDING goes")
+def test_status_builds_no_host_script_inline() -> None:
+    assert inline_programs(REPO / "gpuops" / "client" / "status.py") == []
+
+
+@pytest.mark.parametrize("expr", [
+    "'if [ $rc -ne 0 ]; then echo x; fi'", "'rc=$?'", "\"python3 -c 'print(1)'\"", "\"python3 -E -s -c 'x'\"",
+    "'cat <<EOF\\nx\\nEOF'", "'for f in *; do rm $f; done'", "'while true; do :; done'", "'case $x in a) ;; esac'",
+    "f'if [ -d {d} ]; then exit 0; fi'", "['python3', '-c', 'import os']", "(sys.executable, '-c', 'x')",
+])
+def test_the_inline_program_check_sees_each_kind(tmp_path: Path, expr: str) -> None:
+    """The check above is only as good as its pattern: each kind of program, written in a client module, is
+    found; the same module returning a plain command is not."""
+    module = tmp_path / "gpuops" / "client" / "probe.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(f"def f():\n    return {expr}\n")
+    assert inline_programs(module, tmp_path) != []
+    module.write_text("def f():\n    return ['bash', '-c', 'exec tmux has-session -t \"$1\"', 'gpuops', 's']\n")
+    assert inline_programs(module, tmp_path) == []
 
 
 #: Shell control flow in a Python string: a program written inside a string (the bootstrap in
