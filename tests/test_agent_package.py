@@ -125,9 +125,6 @@ SHELL_PROGRAM = re.compile(
 PYTHON_C_ARGV = re.compile(r"""(?:python3?['"]?|sys\.executable),\s*['"]-[A-Za-z]*c['"]""")
 # The one program that cannot be a shipped file: the installer that puts the shipped files there.
 ALLOWED = {("gpuops/client/ship.py", "install_command")}
-# Being moved into a shipped tool right now (issue 17): its own test below is a strict xfail, so it fails the
-# suite the moment the script is gone, and this entry and that mark are then removed.
-PENDING = {("gpuops/client/status.py", "probe_target")}
 
 
 def inline_programs(path: Path, root: Path = REPO) -> list[str]:
@@ -153,10 +150,6 @@ def inline_programs(path: Path, root: Path = REPO) -> list[str]:
     return found
 
 
-def _pending(hit: str) -> bool:
-    return any(hit.startswith(f"{rel}:") and f" {fn}: " in hit for rel, fn in PENDING)
-
-
 def _is_docstring(tree: ast.Module, node: ast.Constant) -> bool:
     return any(isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and d.body
                and isinstance(d.body[0], ast.Expr) and d.body[0].value is node for d in ast.walk(tree))
@@ -167,13 +160,7 @@ def test_no_program_is_written_inside_a_string() -> None:
     a `python3 -c` program, a heredoc, or a shell program with control flow or `$?` in a string; the bootstrap
     that finds the shipped files is two plain statements, and only the installer that ships them is inline."""
     found = [hit for path in sorted((REPO / "gpuops").rglob("*.py")) for hit in inline_programs(path)]
-    assert [hit for hit in found if not _pending(hit)] == []
-
-
-@pytest.mark.xfail(strict=True, reason="status.py still builds its pct exec / pct status host script inline; "
-                   "it is being moved to a shipped tool (issue 17): then this passes, and PENDING goes")
-def test_status_builds_no_host_script_inline() -> None:
-    assert inline_programs(REPO / "gpuops" / "client" / "status.py") == []
+    assert found == []
 
 
 @pytest.mark.parametrize("expr", [
