@@ -7,8 +7,15 @@ function`` lines after training started. The watchdog feeds what it measured (``
 ``sample``, ``cache_files``, ``recompile``) and asks ``judge(t)`` for new findings.
 
 Each rule reports once per episode and re-arms only after a full window back in range. The level
-rules (throughput-drop, gpu-memory-shift) need a baseline (an earlier good run's profile, or numbers
-in the playbook); without one they are replaced by one ``no-baseline`` note.
+rules (throughput-drop, gpu-memory-shift) need a baseline (an earlier comparable good run's profile,
+or numbers in the playbook); without one they are replaced by one ``no-baseline`` note saying why.
+
+throughput-drop judges the median of the window's figures, or of the last MIN_FIGURES figures when a
+slowdown left fewer in the window (5x slower is 5x fewer step lines), and the rate of figures against
+the baseline's: step lines far rarer than the good run's are a drop too. gpu-memory-volatile is
+repeated swings (SWINGS moves of more than max_swing_mib within the window, as the eager fallback's
+per-step allocations make) or a jump to a new level held for half a window; never one excursion
+that comes back (a checkpoint holding +3 GiB for 2 s).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ DEFAULTS: Dict[str, Any] = {
     "sample_interval": 2.0,
 }
 MIN_FIGURES = 3  # a median of fewer figures is noise
+SWINGS = 3  # moves beyond max_swing_mib within a window that make memory volatile (one excursion is two)
 RECOMPILE_MARK = "Recompiling function"  # TORCH_LOGS=recompiles, torch 2.11
 _RECOMPILED = re.compile(RECOMPILE_MARK + r" (\S+)")
 
@@ -76,6 +84,7 @@ class Baseline:
     throughput: Optional[float]
     gpu_memory: Optional[Dict[int, float]]
     source: str  # "last" (an earlier run's profile) | "playbook" | "playbook+last"
+    figure_rate: Optional[float] = None  # throughput figures a second in its steady part (step lines)
 
 
 @dataclass(frozen=True)
@@ -127,14 +136,40 @@ def _in_window(points: Deque[Tuple[float, float]], lo: float, hi: float) -> List
     return [v for at, v in points if lo < at <= hi]
 
 
+def moves(points: List[Tuple[float, float]], threshold: float) -> List[float]:
+    """When the series moved by more than threshold from its last turn (a zigzag): repeated swings
+    make many moves, one excursion that comes back two, a jump to a new level one."""
+    found: List[float] = []
+    if not points:
+        return found
+    low = high = points[0][1]
+    trend = 0  # +1 rising, -1 falling, 0 not moved yet
+    for at, value in points[1:]:
+        if trend <= 0 and value - low > threshold:  # the first move, or a turn up from the last low
+            trend, high = 1, value
+            found.append(at)
+        elif trend >= 0 and high - value > threshold:  # the first move, or a turn down from the last high
+            trend, low = -1, value
+            found.append(at)
+        if trend >= 0:
+            high = max(high, value)
+        if trend <= 0:
+            low = min(low, value)
+    return found
+
+
 class Detectors:
     """The quiet-failure rules of one run (see the module docstring); `started` is when training started."""
 
-    def __init__(self, config: Dict[str, Any], baseline: Optional[Baseline], started: float) -> None:
+    def __init__(self, config: Dict[str, Any], baseline: Optional[Baseline], started: float,
+                 no_baseline: Optional[str] = None) -> None:
         self.config = resolve(config)
         self.baseline = baseline
+        self.no_baseline = no_baseline  # why there is no earlier run to judge against (said in the note)
         self.started = started
         self._figures: Deque[Tuple[float, float]] = deque(maxlen=100_000)
+        self._last_figures: Deque[float] = deque(maxlen=MIN_FIGURES)  # after settle, however old
+        self._steady = (0, None, None)  # type: Tuple[int, Optional[float], Optional[float]]
         self._memory: Dict[int, Deque[Tuple[float, float]]] = {}
         self._episodes: Dict[Tuple[str, Optional[int]], _Episode] = {}
         self._noted: Set[str] = set()
@@ -142,6 +177,9 @@ class Detectors:
         self._cache_acked = 0  # files already accounted for: those of settle, and those reported
         self._recompiles: List[Tuple[float, str]] = []
         windows = [s["window"] for s in (self.config["throughput"], self.config["gpu_memory"]) if s is not None]
+        rate = baseline.figure_rate if baseline is not None else None
+        if rate and self.config["throughput"] is not None:
+            windows.append(self._rate_span(self.config["throughput"], rate))
         self._horizon = 2.0 * max(windows, default=0.0) + 10.0
 
     # -- what the watchdog measured ------------------------------------------------------------
@@ -149,6 +187,16 @@ class Detectors:
         """A throughput figure read from the log at t."""
         self._figures.append((t, float(value)))
         _keep(self._figures, t, self._horizon)
+        cfg = self.config["throughput"]
+        if cfg is not None and t >= self.started + cfg["settle"]:
+            self._last_figures.append(float(value))
+            n, first, _ = self._steady
+            self._steady = (n + 1, t if first is None else first, t)
+
+    def figure_rate(self) -> Optional[float]:
+        """Throughput figures a second since settle (what a later run's step-line rate is judged by)."""
+        n, first, last = self._steady
+        return None if n < MIN_FIGURES or first is None or last is None or last <= first else (n - 1) / (last - first)
 
     def sample(self, t: float, gpus: GpuSample) -> None:
         """One nvidia-smi sample of the run's GPUs."""
@@ -207,10 +255,14 @@ class Detectors:
             missing.append("GPU memory of GPU %s" % ", ".join(map(str, gpus)))
         if not missing:
             return []
-        message = "no baseline for %s: not judged against an earlier run" % " or ".join(missing)
-        advice = ("the next run of this playbook that succeeds sets it (or give a number as baseline:); "
-                  "memory volatility and compile-after-warmup still judge this run")
-        return [Finding(NO_BASELINE, NOTE, message, advice, {"missing": missing, "gpus": gpus, **self._base()})]
+        why = self.no_baseline if b is None or b.source == "playbook" else None
+        message = "no %s for %s: not judged against an earlier run" % (
+            "comparable baseline" if why else "baseline", " or ".join(missing)) + ("; " + why if why else "")
+        advice = ("the next run of this playbook with the same command and env that succeeds without findings "
+                  "sets it (or give a number as baseline:); memory volatility and compile-after-warmup still "
+                  "judge this run")
+        figures = {"missing": missing, "gpus": gpus, "why": why, **self._base()}
+        return [Finding(NO_BASELINE, NOTE, message, advice, figures)]
 
     def _judge_throughput(self, t: float) -> List[Finding]:
         cfg, b = self.config["throughput"], self.baseline
@@ -218,30 +270,59 @@ class Detectors:
             return []
         window = cfg["window"]
         values = _in_window(self._figures, max(t - window, self.started + cfg["settle"]), t)
-        found = self._note_few_figures(t, cfg, len(values))
+        over = "the last %g s" % window
+        if len(values) < MIN_FIGURES:  # a slowdown leaves fewer figures a window: judge the last ones
+            values, over = list(self._last_figures), "its last %d figures" % len(self._last_figures)
+        measured = median(values) if len(values) >= MIN_FIGURES else None
+        rate = self._rate(t, cfg)
+        found = self._note_no_figures(t, cfg)
         if b is None or not b.throughput:
             return found
-        measured = median(values) if len(values) >= MIN_FIGURES else None
-        bad = None if measured is None else measured < cfg["min_ratio"] * b.throughput
+        slow = None if measured is None else measured < cfg["min_ratio"] * b.throughput
+        rare = None if rate is None else rate[0] < cfg["min_ratio"] * rate[1]
+        bad = None if slow is None and rare is None else bool(slow or rare)
         began = self._episode(THROUGHPUT_DROP, None, window).starts(t, bad)
-        if not began or measured is None:
+        if not began:
             return found
-        ratio = measured / b.throughput
-        message = "throughput %s/s over the last %g s is %.2fx the baseline %s/s (run %s)" % (
-            _n(measured), window, ratio, _n(b.throughput), b.run or b.source)
+        what = []
+        if slow and measured is not None:
+            what.append("throughput %s/s over %s is %.2fx the baseline %s/s" % (
+                _n(measured), over, measured / b.throughput, _n(b.throughput)))
+        if rare and rate is not None:
+            what.append("%.3g throughput figures a second over the last %g s is %.2fx the baseline's %.3g "
+                        "(fewer step lines: slower steps)" % (rate[0], rate[2], rate[0] / rate[1], rate[1]))
+        ratio = measured / b.throughput if slow and measured is not None else rate[0] / rate[1] if rate else 1.0
+        message = "; ".join(what) + " (run %s)" % (b.run or b.source)
         figures = {"measured": measured, "baseline": b.throughput, "ratio": round(ratio, 4), "gpu": None,
-                   "window": window, "n": len(values), "min_ratio": cfg["min_ratio"], **self._base()}
+                   "window": window, "n": len(values), "min_ratio": cfg["min_ratio"],
+                   "figure_rate": None if rate is None else round(rate[0], 6),
+                   "baseline_figure_rate": None if rate is None else round(rate[1], 6), **self._base()}
         return found + [Finding(THROUGHPUT_DROP, cfg["action"], message, EAGER_ADVICE, figures)]
 
-    def _note_few_figures(self, t: float, cfg: Dict[str, Any], n: int) -> List[Finding]:
-        """Once: a window past settle held too few figures to judge (a pattern that matches nothing)."""
-        if n >= MIN_FIGURES or t < self.started + cfg["settle"] + cfg["window"] or NO_THROUGHPUT in self._noted:
+    @staticmethod
+    def _rate_span(cfg: Dict[str, Any], base: float) -> float:
+        """The span a figure rate is counted over: a window, or long enough to expect MIN_FIGURES figures."""
+        return max(cfg["window"], MIN_FIGURES / base)
+
+    def _rate(self, t: float, cfg: Dict[str, Any]) -> Optional[Tuple[float, float, float]]:
+        """(figures a second now, the baseline's, over how many seconds), once a whole span is past settle."""
+        base = self.baseline.figure_rate if self.baseline is not None else None
+        if not base or base <= 0 or self._steady[0] == 0:  # no figure at all is a pattern to check, not a rate
+            return None
+        span = self._rate_span(cfg, base)
+        if t < self.started + cfg["settle"] + span:
+            return None
+        return len(_in_window(self._figures, t - span, t)) / span, base, span
+
+    def _note_no_figures(self, t: float, cfg: Dict[str, Any]) -> List[Finding]:
+        """Once: not one figure a window past settle (a pattern that matches nothing); a few are waited for."""
+        if self._steady[0] or t < self.started + cfg["settle"] + cfg["window"] or NO_THROUGHPUT in self._noted:
             return []
         self._noted.add(NO_THROUGHPUT)
-        message = "%d throughput figure(s) in the last %g s: throughput-drop needs %d a window" % (
-            n, cfg["window"], MIN_FIGURES)
-        advice = "check throughput.pattern against the log (its first group is the figure), or widen throughput.window"
-        figures = {"n": n, "window": cfg["window"], "pattern": cfg.get("pattern")}
+        message = "no throughput figure in the %g s since settle: throughput-drop judges %d or more" % (
+            t - self.started - cfg["settle"], MIN_FIGURES)
+        advice = "check throughput.pattern against the log (its first group is the figure)"
+        figures = {"n": 0, "window": cfg["window"], "pattern": cfg.get("pattern")}
         return [Finding(NO_THROUGHPUT, NOTE, message, advice, figures)]
 
     def _judge_memory(self, t: float) -> List[Finding]:
@@ -251,8 +332,9 @@ class Detectors:
         found: List[Finding] = []
         lo = max(t - cfg["window"], self.started + cfg["settle"])
         for gpu in sorted(self._memory):
-            values = _in_window(self._memory[gpu], lo, t)
-            found += self._shift(t, cfg, gpu, values) + self._volatile(t, cfg, gpu, values)
+            points = [(at, v) for at, v in self._memory[gpu] if lo < at <= t]
+            values = [v for _, v in points]
+            found += self._shift(t, cfg, gpu, values) + self._volatile(t, cfg, gpu, points)
         return found
 
     def _shift(self, t: float, cfg: Dict[str, Any], gpu: int, values: List[float]) -> List[Finding]:
@@ -273,17 +355,27 @@ class Detectors:
                    "window": cfg["window"], "n": len(values), "max_ratio": cfg["max_ratio"], **self._base()}
         return [Finding(MEMORY_SHIFT, cfg["action"], message, advice, figures)]
 
-    def _volatile(self, t: float, cfg: Dict[str, Any], gpu: int, values: List[float]) -> List[Finding]:
-        swing = max(values) - min(values) if len(values) >= MIN_FIGURES else None
-        bad = None if swing is None else swing > cfg["max_swing_mib"]
+    def _volatile(self, t: float, cfg: Dict[str, Any], gpu: int, points: List[Tuple[float, float]]) -> List[Finding]:
+        values = [v for _, v in points]
+        turns = moves(points, cfg["max_swing_mib"]) if len(points) >= MIN_FIGURES else None
+        # one move whose new level held for half a window (and the old one a quarter before it) is a jump
+        jump = bool(turns) and len(turns) == 1 and t - turns[0] >= cfg["window"] / 2 and (
+            turns[0] - points[0][0] >= cfg["window"] / 4)
+        bad = None if turns is None else len(turns) >= SWINGS or jump
         began = self._episode(MEMORY_VOLATILE, gpu, cfg["window"]).starts(t, bad)
-        if not began or swing is None:
+        if not began or turns is None:
             return []
-        message = "GPU %d memory ranged %s-%s MiB (%s MiB > %s) within the last %g s, now %s MiB" % (
-            gpu, _n(min(values)), _n(max(values)), _n(swing), _n(cfg["max_swing_mib"]), cfg["window"], _n(values[-1]))
+        swing = max(values) - min(values)
+        if jump:
+            how = "jumped from %s to %s MiB and stayed" % (_n(values[0]), _n(values[-1]))
+        else:
+            how = "swung %d times by more than %s MiB" % (len(turns), _n(cfg["max_swing_mib"]))
+        message = "GPU %d memory %s within the last %g s (%s-%s MiB), now %s MiB" % (
+            gpu, how, cfg["window"], _n(min(values)), _n(max(values)), _n(values[-1]))
         advice = ("memory that swings by GBs each step, or jumps to a new level mid-run, is eager code allocating "
                   "per step (empty_cache, expandable_segments) or the switch to the eager fallback: " + EAGER_ADVICE)
         figures = {"measured": swing, "min": min(values), "max": max(values), "first": values[0], "last": values[-1],
+                   "swings": len(turns), "kind": "jump" if jump else "swings",
                    "gpu": gpu, "window": cfg["window"], "n": len(values), "max_swing_mib": cfg["max_swing_mib"],
                    "baseline": None, "ratio": None, **self._base()}
         return [Finding(MEMORY_VOLATILE, cfg["action"], message, advice, figures)]
