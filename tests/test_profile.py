@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuops.agent.detectors import Baseline
 from gpuops.agent.profile import (baseline_from_config, build_profile, find_baseline, keep_profile,
-                                   weighted_median)
+                                   pick_baseline, run_digest, weighted_median)
 from gpuops.agent.records import PROFILE, read_json
 from gpuops.agent.telemetry import TelemetryLog
 
@@ -48,7 +48,7 @@ def test_a_compiled_run_profiles_to_its_steady_figures(tmp_path: Path) -> None:
     assert (profile["run"], profile["playbook"], profile["target"], profile["started"]) == (
         "20261201-102500-3fa9c2", "dflash-drafter", "ct200", START)
     assert (profile["outcome"], profile["exit_code"], profile["command_exit_code"]) == ("succeeded", 0, 0)
-    assert profile["throughput"] == {"median": COMPILED, "n": 270}  # 300 samples, the first 60 s not steady
+    assert profile["throughput"] == {"median": COMPILED, "n": 270, "figures_per_s": None}  # 300 samples, 60 s not steady
     assert profile["gpus"] == {"5": {"median": 1443, "min": 1443, "max": 1443, "swing": 0, "util_median": 17}}
     assert profile["samples"] == 300 and profile["warmup_seconds"] == {"5": 8.4}
     assert profile["duration_s"] >= 598 and profile["rule"] is None
@@ -113,3 +113,31 @@ def test_weighted_median() -> None:
     assert weighted_median([(1443, 1), (6249, 1), (1500, 1)]) == 1500
     assert weighted_median([(98364, 1), (505695, 30)]) == 505695  # one raw sample against a bucket of 30
     assert weighted_median([]) is None
+
+
+def test_a_run_that_only_warned_is_no_baseline_and_a_changed_command_has_none(tmp_path: Path) -> None:
+    # issue 19.6: good, then slow-but-succeeded with a throughput-drop warning, then the run being judged
+    make_run(tmp_path, "20261201-102500-aaaaaa")
+    slow = make_run(tmp_path, "20261201-103000-bbbbbb", tp=EAGER)
+    for run in sorted(tmp_path.iterdir()):
+        keep_profile(str(run), findings=["throughput-drop"] if run == slow else ())
+    assert read_json(str(slow / PROFILE))["findings"] == ["throughput-drop"]
+    assert find_baseline(str(tmp_path), "dflash-drafter", exclude="20261201-104000-cccccc").run == "20261201-102500-aaaaaa"
+    # another batch size: the command differs, so there is no comparable baseline, and the note says why
+    meta = json.loads((tmp_path / "20261201-102500-aaaaaa" / "meta.json").read_text())
+    theirs = run_digest({**meta, "command": "python train.py --batch 64"})
+    baseline, why = pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", digest=theirs)
+    assert baseline is None and "another command or env" in (why or "") and "20261201-102500-aaaaaa" in (why or "")
+    same = run_digest(meta)
+    assert pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", digest=same)[0].run == (
+        "20261201-102500-aaaaaa")
+    assert pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", target="ct201") == (None, None)
+
+
+def test_findings_come_from_the_events_so_a_restarted_watchdog_loses_none(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "20261201-102500-aaaaaa", tp=EAGER)
+    with open(run / "events.jsonl", "w") as f:  # the first watchdog reported it, then was killed and restarted
+        f.write(json.dumps({"event": "match", "rule": "throughput-drop", "action": "warn", "figures": {"gpu": None}}) + "\n")
+        f.write(json.dumps({"event": "note", "rule": "no-baseline", "figures": {"gpu": None}}) + "\n")
+        f.write(json.dumps({"event": "match", "rule": "loss-nan", "action": "warn", "offset": 10}) + "\n")
+    assert keep_profile(str(run), findings=[])["findings"] == ["throughput-drop"]

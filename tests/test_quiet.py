@@ -28,9 +28,14 @@ def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
     return make_ct(sshd, fake_proxmox, tmp_path)
 
 
+class Knobs(str):
+    """fake-train's arguments, which `playbook` puts in a file that one fixed command line reads: what
+    differs between these runs is the run's doing, not the command's (a baseline needs the same command)."""
+
+
 def perf(*extra: str, seconds: float = 8) -> str:
-    return " ".join(["fake-train", "--mode", "perf", "--gpus", ",".join(map(str, GPUS)), "--interval", "0.1",
-                     "--duration", str(seconds), *extra])
+    return Knobs(" ".join(["--mode", "perf", "--gpus", ",".join(map(str, GPUS)), "--interval", "0.1",
+                           "--duration", str(seconds), *extra]))
 
 
 def playbook(ct: Ct, command: str, *, throughput: dict | None = None, gpu_memory: Any = None,
@@ -45,6 +50,10 @@ def playbook(ct: Ct, command: str, *, throughput: dict | None = None, gpu_memory
                   "compile_after_warmup": compile_after_warmup, **watch},
         "abort": {"grace": 3},
     }
+    if isinstance(command, Knobs):
+        knobs = ct.tmp / "knobs"
+        knobs.write_text(command + "\n")
+        data["launch"]["command"] = "fake-train $(cat %s)" % shlex.quote(str(knobs))
     path = ct.tmp / "playbook.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -126,7 +135,8 @@ def test_kernels_compiled_after_training_started_are_reported_a_warmed_run_is_no
     playbook(ct, perf(seconds=8), compile_after_warmup=section, gpu_memory=False)
     warmed = ct.gpuops("launch", "--json")
     assert warmed.code == 0 and detector_matches(warmed) == [], warmed
-    playbook(ct, perf("--cache-dir", shlex.quote(str(cache)), "--cache-files", "53", "--cache-after", "3", seconds=8),
+    playbook(ct, "fake-train " + perf("--cache-dir", shlex.quote(str(cache)), "--cache-files", "53", "--cache-after", "3",
+                                      seconds=8),
              compile_after_warmup=section, gpu_memory=False)
     result = ct.gpuops("launch", "--json")
     assert result.code == 0, result
@@ -182,7 +192,7 @@ def test_status_shows_each_gpus_memory_over_the_last_minutes_and_throughput_agai
 def test_recompiles_true_gives_the_run_torch_logs_and_its_recompile_lines_count_as_compile_after_warmup(ct: Ct) -> None:
     line = ("V1201 10:25:09.832000 434 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling function "
             "flex_attention in /usr/lib/python3/torch/nn/attention/flex_attention.py:1468")
-    job = (f'echo "TORCH_LOGS=$TORCH_LOGS"; sleep 3; echo {shlex.quote(line)}; ' + perf(seconds=4))
+    job = (f'echo "TORCH_LOGS=$TORCH_LOGS"; sleep 3; echo {shlex.quote(line)}; fake-train ' + perf(seconds=4))
     playbook(ct, job, compile_after_warmup={"settle": 1}, gpu_memory=False, recompiles=True,
              throughput={"pattern": r"tok/s (\d+)"})
     result = ct.gpuops("launch", "--json")
@@ -200,3 +210,26 @@ def test_the_samples_count_the_compute_processes_on_each_gpu(ct: Ct) -> None:
     samples = [yaml.safe_load(line) for line in (ct.run_dir() / "samples.jsonl").read_text().splitlines()]
     counted = [s["p"] for s in samples if "p" in s]
     assert counted and all(c == {str(g): 1 for g in GPUS} for c in counted[1:]), counted  # the trainer, on each GPU
+
+
+def test_a_slow_run_that_only_warned_is_not_the_next_runs_baseline_and_runs_shows_its_findings(ct: Ct) -> None:
+    # issue 19.6: before, the warned run became the baseline and the next equally slow run went unflagged
+    good_run(ct)
+    for _ in range(2):
+        playbook(ct, perf("--tok-per-s", "98364", "--mib", "543"))
+        slow = ct.gpuops("launch", "--json")
+        assert slow.code == 0, slow  # warn: reported, the run goes on and succeeds
+        (match,) = [e for e in slow.events() if e["event"] == "match" and e["rule"] == "throughput-drop"]
+        assert match["figures"]["baseline"] == pytest.approx(505_695, rel=0.01)
+        wait_until((ct.run_dir() / "profile.json").exists, timeout=30, message="the slow run's profile")
+    rows = [e for e in ct.gpuops("runs", "--json").events() if e["event"] == "run"]
+    assert [(r["outcome"], r["findings"]) for r in rows[:3]] == [
+        ("succeeded", ["throughput-drop"]), ("succeeded", ["throughput-drop"]), ("succeeded", [])]
+    assert "throughput-drop" in ct.gpuops("runs").text
+    # another batch size is another measure: no comparable baseline, said in a note, no drop
+    playbook(ct, "fake-train " + perf("--tok-per-s", "98364", "--mib", "543"))
+    other = ct.gpuops("launch", "--json")
+    assert other.code == 0 and detector_matches(other) == [], other
+    notes = [e for e in other.events() if e["event"] == "watchdog" and e.get("what") == "note"]
+    assert any("no comparable baseline" in n.get("message", "") and "another command or env" in n["message"]
+               for n in notes), notes

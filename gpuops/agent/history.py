@@ -1,4 +1,5 @@
-"""The run history of this target: `python3 -m gpuops_agent runs LIMIT`, one JSON object a line, newest first.
+"""The run history of this target: `python3 -m gpuops_agent runs LIMIT [PLAYBOOK]`, one JSON object a line,
+newest first: the LIMIT newest runs (of PLAYBOOK, when given: the filter comes before the limit).
 
 Each run's profile (profile.json, written by its watchdog when it ended); for a run without one
 (still running, or it ended without its watchdog) the same figures are worked out from its
@@ -18,27 +19,35 @@ from .records import read_json
 from . import tmux
 
 
-def runs(limit: int, home: str = "") -> List[Dict[str, Any]]:
+#: A launch that ended before training started: its phase -> (outcome, gpuops exit code, as the launch exited).
+NOT_STARTED = {"warmup-failed": 5, "start-failed": 6, "interrupted": 130, "connection-lost": 3}
+
+
+def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[str, Any]]:
     folder = os.path.join(p.state_dir(home or None), p.RUNS)
     try:
-        names = sorted((n for n in os.listdir(folder) if _is_run_id(n)), reverse=True)[:limit]
+        names = sorted((n for n in os.listdir(folder) if _is_run_id(n)), reverse=True)
     except OSError:
         return []
-    out = []
+    out: List[Dict[str, Any]] = []
     for name in names:
+        if len(out) >= limit:
+            break
         d = os.path.join(folder, name)
+        meta = read_json(os.path.join(d, p.META)) or {}
+        if playbook is not None and meta.get("playbook") != playbook:
+            continue
         profile = read_json(os.path.join(d, p.PROFILE))
         if profile is None:
-            meta = read_json(os.path.join(d, p.META)) or {}
             alive = bool(meta.get("session")) and tmux.alive(str(meta["session"]))
             profile = build_profile(d, session_alive=alive)
             if meta.get("phase") in ("preflight", "warmup"):
                 profile["outcome"], profile["exit_code"] = "warming", None
-            elif meta.get("phase") in ("warmup-failed", "start-failed", "interrupted", "connection-lost"):
-                profile["outcome"] = "not-started"
-                profile["exit_code"] = 5 if meta.get("phase") == "warmup-failed" else 6
+            elif meta.get("phase") in NOT_STARTED:
+                profile["outcome"] = "interrupted" if meta["phase"] == "interrupted" else "not-started"
+                profile["exit_code"] = NOT_STARTED[meta["phase"]]
                 profile["error"] = meta.get("error")
-        profile.setdefault("session", (read_json(os.path.join(d, p.META)) or {}).get("session"))
+        profile.setdefault("session", meta.get("session"))
         out.append(profile)
     return out
 
@@ -53,7 +62,7 @@ def _is_run_id(name: str) -> bool:
 
 def main(argv: List[str]) -> int:
     limit = int(argv[0]) if argv else 20
-    for profile in runs(limit):
+    for profile in runs(limit, playbook=argv[1] if len(argv) > 1 else None):
         sys.stdout.write(json.dumps(profile, sort_keys=True, separators=(",", ":")) + "\n")
     return 0
 

@@ -6,29 +6,38 @@
      "started": "2026-12-01T10:25:00Z", "ended": "2026-12-01T11:25:00Z", "duration_s": 3600.0,
      "warmup_seconds": {"5": 8.4}, "outcome": "succeeded", "exit_code": 0, "command_exit_code": 0,
      "rule": null, "by": null, "settle": 60.0, "findings": [],
-     "throughput": {"median": 505695.0, "n": 1770},
+     "throughput": {"median": 505695.0, "n": 1770, "figures_per_s": 0.5},
      "gpus": {"5": {"median": 1443, "min": 1443, "max": 1443, "swing": 0, "util_median": 17}},
-     "samples": 1800}
+     "samples": 1800, "digest": "9f3c2a1b0d4e5f60"}
 
 Figures are over the samples from ``settle`` seconds after the start (start-up is not steady);
-coarse buckets count for the samples they stand for. The baseline of a playbook is the newest
-run of it whose profile says it succeeded and that measured something steady (a run too short
-to have steady figures cannot be a baseline), or numbers the playbook gives.
+coarse buckets count for the samples they stand for. ``findings`` are the detector rules that
+matched (events.jsonl's detector matches, so a restarted watchdog loses none); ``digest`` is
+of the command and env as meta.json shows them (secret values masked).
+
+The baseline of a run is the newest earlier run of the same playbook on the same target whose
+profile says it succeeded with no findings (a slow run that only warned must not become the
+measure of the next), with the same digest (a changed batch size is a new measure, not a
+regression), and that measured something steady (a run too short to have steady figures cannot
+be one); or numbers the playbook gives.
 """
 
 from __future__ import annotations
 
 import calendar
+import hashlib
+import json
 import os
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .detectors import Baseline
+from .protocol import EVENTS
 from .records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
 
 __all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile",
-           "weighted_median"]
+           "pick_baseline", "run_digest", "weighted_median"]
 
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -79,8 +88,37 @@ def _gpu_figures(steady: Sequence[Sample]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def run_digest(meta: Dict[str, Any]) -> str:
+    """What makes two runs comparable: their command and env, as meta.json shows them (secrets masked)."""
+    text = json.dumps({"command": meta.get("command"), "env": meta.get("env") or {}}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
+    """The detector rules its watchdog reported as matches (events.jsonl; a detector's match carries figures)."""
+    found = set()
+    try:
+        with open(os.path.join(run_dir, EVENTS), "rb") as fh:
+            for raw in iter(lambda: fh.readline(1 << 20), b""):
+                limit -= len(raw)
+                if limit < 0:
+                    break
+                if b'"figures"' not in raw:
+                    continue
+                try:
+                    ev = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(ev, dict) and ev.get("event") == "match" and isinstance(ev.get("figures"), dict):
+                    found.add(str(ev.get("rule")))
+    except OSError:
+        pass
+    return sorted(found)
+
+
 def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str] = (),
-                  session_alive: bool = False, ended: float | None = None) -> Dict[str, Any]:
+                  session_alive: bool = False, ended: float | None = None,
+                  figure_rate: float | None = None) -> Dict[str, Any]:
     """The run's profile from its records (meta.json, exit_code, abort.json, samples); see the module docstring."""
     meta = read_json(os.path.join(run_dir, META)) or {}
     exit_text = read_text(os.path.join(run_dir, EXIT_CODE))
@@ -109,10 +147,12 @@ def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str]
         "rule": (abort or {}).get("rule"),
         "by": (abort or {}).get("by"),
         "settle": settle,
-        "findings": sorted(set(findings)),
-        "throughput": {"median": weighted_median(tp), "n": sum(n for _, n in tp)} if tp else None,
+        "findings": sorted(set(findings) | set(logged_findings(run_dir))),
+        "throughput": {"median": weighted_median(tp), "n": sum(n for _, n in tp),
+                       "figures_per_s": None if figure_rate is None else round(figure_rate, 6)} if tp else None,
         "gpus": _gpu_figures(steady),
         "samples": sum(s.n for s in samples),
+        "digest": run_digest(meta),
     }
 
 
@@ -126,25 +166,47 @@ def keep_profile(run_dir: str, **kwargs: Any) -> Dict[str, Any]:
 def baseline_from_profile(profile: Dict[str, Any]) -> Baseline:
     """A profile's steady figures as a Baseline."""
     tp = (profile.get("throughput") or {}).get("median")
+    rate = (profile.get("throughput") or {}).get("figures_per_s")
     gpus = {int(k): float(v["median"]) for k, v in (profile.get("gpus") or {}).items()
             if isinstance(v, dict) and v.get("median") is not None}
-    return Baseline(profile.get("run"), float(tp) if tp is not None else None, gpus or None, "last")
+    return Baseline(profile.get("run"), float(tp) if tp is not None else None, gpus or None, "last",
+                    float(rate) if isinstance(rate, (int, float)) and rate > 0 else None)
 
 
-def find_baseline(runs_dir: str, playbook: str, exclude: str | None = None, *, limit: int = 1000) -> Baseline | None:
-    """The newest succeeded run of `playbook` with steady figures (run ids sort by start time), or None."""
+def find_baseline(runs_dir: str, playbook: str, exclude: str | None = None, **kwargs: Any) -> Baseline | None:
+    """The baseline (see the module docstring), or None."""
+    return pick_baseline(runs_dir, playbook, exclude, **kwargs)[0]
+
+
+def pick_baseline(runs_dir: str, playbook: str, exclude: str | None = None, *, digest: str | None = None,
+                  target: str | None = None, limit: int = 1000) -> Tuple[Baseline | None, str | None]:
+    """The newest comparable good run's figures (run ids sort by start time), or None and why there is
+    none when an earlier good run exists but is not comparable. `digest`/`target`: this run's (None: any)."""
     try:
-        names = sorted((n for n in os.listdir(runs_dir) if n != exclude), reverse=True)
+        names = sorted((n for n in os.listdir(runs_dir) if n != exclude and n < (exclude or "~")), reverse=True)
     except OSError:
-        return None
+        return None, None
+    warned: str | None = None
+    changed: str | None = None
     for name in names[:limit]:
         profile = read_json(os.path.join(runs_dir, name, PROFILE))
         if not profile or profile.get("playbook") != playbook or profile.get("outcome") != "succeeded":
             continue
+        if target is not None and profile.get("target") not in (None, target):
+            continue
         baseline = baseline_from_profile(profile)
-        if baseline.throughput is not None or baseline.gpu_memory:
-            return baseline
-    return None
+        if baseline.throughput is None and not baseline.gpu_memory:
+            continue
+        if profile.get("findings"):
+            warned = warned or "run %s succeeded but reported %s" % (name, ", ".join(profile["findings"]))
+            continue
+        theirs = profile.get("digest") or run_digest(read_json(os.path.join(runs_dir, name, META)) or {})
+        if digest is not None and theirs != digest:
+            changed = changed or ("run %s ran another command or env (a changed batch size is a new "
+                                  "measure, not a regression)" % name)
+            continue
+        return baseline, None
+    return None, "; ".join(w for w in (changed, warned) if w) or None
 
 
 def _number(value: Any) -> float | None:

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional
 from . import protocol as p
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
-from .profile import baseline_from_config, find_baseline, keep_profile
+from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
+from .records import read_json
 from .smi import SmiError, parse_sample, sample_argv
 from .telemetry import TelemetryLog
 from .throughput import Figures, parse_figure
@@ -161,10 +162,11 @@ class Quiet:
         self.interval = float(cfg.get("sample_interval") or 2.0)
         self.telemetry = TelemetryLog(d)
         self.figures = Figures()
-        runs = os.path.dirname(d)
-        last = find_baseline(runs, str(cfg.get("playbook")), exclude=os.path.basename(d))
+        meta = read_json(os.path.join(d, p.META)) or {}
+        last, why = pick_baseline(os.path.dirname(d), str(cfg.get("playbook")), exclude=os.path.basename(d),
+                                  digest=run_digest(meta), target=meta.get("target"))
         self.baseline = baseline_from_config(detector_config(cfg), last, self.gpus)
-        self.detectors = Detectors(detector_config(cfg), self.baseline, started)
+        self.detectors = Detectors(detector_config(cfg), self.baseline, started, no_baseline=why)
         self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
         self.processes = ProcessCounter(self.gpus) if self.gpus else None
         self.samples = 0
@@ -247,4 +249,5 @@ class Quiet:
         if self.sampler is not None:
             self.sampler.stop()
         settles = [s.get("settle", 60.0) for s in (self.cfg.get("throughput"), self.cfg.get("gpu_memory")) if s]
-        return keep_profile(self.d, settle=min(settles) if settles else 60.0, findings=self.fired)
+        return keep_profile(self.d, settle=min(settles) if settles else 60.0, findings=self.fired,
+                            figure_rate=self.detectors.figure_rate())

@@ -11,13 +11,16 @@ from typing import Any
 from gpuops.errors import GpuopsError, worst_exit
 
 
-def history(pool: Any, inventory: Any, target: Any, limit: int) -> tuple[list[dict[str, Any]], GpuopsError | None]:
-    """One target's runs, or why they could not be read (one dead host never hides the others)."""
+def history(pool: Any, inventory: Any, target: Any, limit: int, playbook: str | None = None
+            ) -> tuple[list[dict[str, Any]], GpuopsError | None]:
+    """One target's runs (of `playbook`: the target filters, then limits), or why they could not be read
+    (one dead host never hides the others)."""
     from gpuops.client.run_history import read_history
 
     try:
         transport = pool.target(target)
-        return read_history(transport, label=target.name, timeout=transport.command_timeout, limit=limit), None
+        return read_history(transport, label=target.name, timeout=transport.command_timeout, limit=limit,
+                            playbook=playbook), None
     except GpuopsError as exc:
         return [], exc
 
@@ -34,13 +37,11 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
     pool = Pool(inv)
     try:
         with ThreadPoolExecutor(max_workers=min(8, len(targets))) as ex:
-            results = list(ex.map(lambda t: history(pool, inv, t, limit), targets))
+            results = list(ex.map(lambda t: history(pool, inv, t, limit, pb.name if pb else None), targets))
     finally:
         pool.close()
     codes = []
     for target, (rows, error) in zip(targets, results):
-        if pb is not None:
-            rows = [r for r in rows if r.get("playbook") == pb.name]
         if error is not None:
             codes.append(error.exit_code)
             sys.stderr.write(f"gpuops: error: {error}\n" + (f"hint: {error.hint}\n" if error.hint else ""))
@@ -69,7 +70,8 @@ def _figure(value: Any) -> str:
 
 def table(target: str, rows: list[dict[str, Any]]) -> str:
     """Plain columns, one run a line, every line prefixed by its target (greppable on many targets)."""
-    head = ("run", "playbook", "started", "duration", "warmup s/GPU", "outcome", "exit", "rule", "throughput", "GPU memory MiB")
+    head = ("run", "playbook", "started", "duration", "warmup s/GPU", "outcome", "exit", "rule", "findings", "throughput",
+            "GPU memory MiB")
     lines = [head]
     for r in rows:
         warm = r.get("warmup_seconds") or {}
@@ -79,6 +81,7 @@ def table(target: str, rows: list[dict[str, Any]]) -> str:
             "-" if r.get("duration_s") is None else f"{r['duration_s']:.0f}s",
             " ".join(f"{g}:{s:.0f}" for g, s in sorted(warm.items())) or "-",
             str(r.get("outcome")), "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-"),
+            ",".join(map(str, r.get("findings") or ())) or "-",
             _figure((r.get("throughput") or {}).get("median")),
             " ".join(f"{g}:{v.get('median'):.0f}" for g, v in sorted(gpus.items()) if v.get("median") is not None) or "-",
         ))

@@ -56,8 +56,9 @@ def follow(run_id: str, session: str, offset: int, inode: int, tail: int, once: 
                        str(events_offset))
 
 
-def runs(limit: int) -> Cmd:
-    return python_tool("runs", str(limit))
+def runs(limit: int, playbook: str | None = None) -> Cmd:
+    """The run history, newest first: `limit` runs (of `playbook`, filtered before the limit)."""
+    return python_tool("runs", str(limit), *(() if playbook is None else (playbook,)))
 
 
 def gpu_memory(gpus: tuple[int, ...]) -> Cmd:
