@@ -159,3 +159,44 @@ def test_pct_exec_reply_is_none_in_a_running_container_and_pct_status_after_a_fa
     assert failed is not None and failed.exec_rc != 0
     said = Result(failed.status_rc, failed.status_said.encode(), b"")
     assert parse_pct_status(said) == "stopped", failed
+
+
+def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
+    """status's `state`, runs' `outcome` and profile.json's `outcome` come from one enum, and print,
+    compare and serialise as the same words as before."""
+    words = {"warming", "running", "aborting", "exited", "succeeded", "failed", "aborted", "stalled", "timeout",
+             "stopped", "lost", "failed-before-start", "not-started", "interrupted"}
+    assert {s.value for s in p.RunState} == words
+    for state in p.RunState:
+        assert (str(state), f"{state}", json.dumps(state), state == state.value) == (
+            state.value, state.value, json.dumps(state.value), True)
+        assert {state.value: 1}[state] == 1 and state.is_terminal() != state.is_live()
+    assert {s for s in p.RunState if s.is_live()} == {"warming", "running", "aborting"}
+
+
+@pytest.mark.parametrize(("exit_text", "abort", "alive", "want"), [
+    (None, None, True, ("running", None)),
+    ("0\n", None, False, ("succeeded", 0)),
+    ("3", None, False, ("failed", 6)),
+    (None, None, False, ("lost", 6)),
+    ("0", {"reason": "stall"}, False, ("stalled", 8)),
+    ("130", {"reason": "stop"}, False, ("stopped", 6)),
+    (None, {"reason": "timeout"}, False, ("timeout", 124)),
+    (None, {"reason": "match", "rule": "nccl-timeout"}, True, ("aborted", 7)),
+])
+def test_the_one_outcome_mapping_gives_the_contract_exit_codes(exit_text, abort, alive, want) -> None:
+    from gpuops.agent.records import outcome
+    from gpuops.errors import ExitCode
+
+    state, code = outcome(exit_text, abort, alive)
+    assert (state, code) == want and isinstance(state, p.RunState)
+    assert code in (None, ExitCode.OK, ExitCode.TRAINING_FAILED, ExitCode.ABORTED, ExitCode.STALLED, ExitCode.TIMEOUT)
+    assert state.is_terminal() == (code is not None)
+
+
+def test_the_agents_exit_codes_are_the_contracts() -> None:
+    from gpuops.errors import ExitCode
+
+    assert (p.EXIT_OK, p.EXIT_CONNECT, p.EXIT_WARMUP, p.EXIT_FAILED, p.EXIT_ABORTED, p.EXIT_STALLED, p.EXIT_TIMEOUT,
+            p.EXIT_INTERRUPTED) == (ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED,
+                                    ExitCode.ABORTED, ExitCode.STALLED, ExitCode.TIMEOUT, ExitCode.INTERRUPTED)

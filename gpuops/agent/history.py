@@ -19,10 +19,6 @@ from .records import read_json
 from . import tmux
 
 
-#: A launch that ended before training started: its phase -> (outcome, gpuops exit code, as the launch exited).
-NOT_STARTED = {"warmup-failed": 5, "start-failed": 6, "interrupted": 130, "connection-lost": 3}
-
-
 def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[str, Any]]:
     folder = os.path.join(p.state_dir(home or None), p.RUNS)
     try:
@@ -41,11 +37,12 @@ def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[s
         if profile is None:
             alive = bool(meta.get("session")) and tmux.alive(str(meta["session"]))
             profile = build_profile(d, session_alive=alive)
-            if meta.get("phase") in ("preflight", "warmup"):
-                profile["outcome"], profile["exit_code"] = "warming", None
-            elif meta.get("phase") in NOT_STARTED:
-                profile["outcome"] = "interrupted" if meta["phase"] == "interrupted" else "not-started"
-                profile["exit_code"] = NOT_STARTED[meta["phase"]]
+            if meta.get("phase") in p.WARMING_PHASES:
+                profile["outcome"], profile["exit_code"] = p.RunState.WARMING, None
+            elif meta.get("phase") in p.NOT_STARTED_EXIT:
+                interrupted = meta["phase"] == p.PHASE_INTERRUPTED
+                profile["outcome"] = p.RunState.INTERRUPTED if interrupted else p.RunState.NOT_STARTED
+                profile["exit_code"] = p.NOT_STARTED_EXIT[meta["phase"]]
                 profile["error"] = meta.get("error")
         profile.setdefault("session", meta.get("session"))
         out.append(profile)

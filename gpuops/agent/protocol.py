@@ -9,6 +9,7 @@ marker they print is one of ``MARKS``.
 from __future__ import annotations
 
 import os
+from enum import Enum
 from typing import Optional
 
 from .wire_frames import (  # noqa: F401  (the wire's names, one import for both sides)
@@ -72,3 +73,61 @@ def run_dir(run_id: str, home: Optional[str] = None) -> str:
     return os.path.join(state_dir(home), RUNS, check_run_id(run_id))
 
 
+
+
+# -- exit codes of the contract (gpuops.errors.ExitCode holds the same; the agent cannot import it) --
+EXIT_OK, EXIT_CONNECT, EXIT_WARMUP, EXIT_FAILED, EXIT_ABORTED, EXIT_STALLED = 0, 3, 5, 6, 7, 8
+EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
+
+# -- a launch's phases, as meta.json's `phase` says ---------------------------------------------
+PHASE_PREFLIGHT, PHASE_WARMUP, PHASE_RUNNING = "preflight", "warmup", "running"
+PHASE_WARMUP_FAILED, PHASE_START_FAILED = "warmup-failed", "start-failed"
+PHASE_INTERRUPTED, PHASE_CONNECTION_LOST = "interrupted", "connection-lost"
+#: The launch is still warming up (while its launcher lives).
+WARMING_PHASES = frozenset({PHASE_PREFLIGHT, PHASE_WARMUP})
+#: The launch ended before training started: its phase -> gpuops' exit code, as the launch exited.
+NOT_STARTED_EXIT = {PHASE_WARMUP_FAILED: EXIT_WARMUP, PHASE_START_FAILED: EXIT_FAILED,
+                    PHASE_INTERRUPTED: EXIT_INTERRUPTED, PHASE_CONNECTION_LOST: EXIT_CONNECT}
+NOT_STARTED_PHASES = frozenset(NOT_STARTED_EXIT)
+
+
+class RunState(str, Enum):
+    """Every state a run is reported in (status's `state`, runs' and profile.json's `outcome`).
+
+    A str: it compares equal to, prints as and serialises as its value, the word users see.
+    """
+
+    WARMING = "warming"  # preflight or warmup, its launcher alive
+    RUNNING = "running"  # training's tmux session lives
+    ABORTING = "aborting"  # an abort was claimed; the sequence has not finished
+    EXITED = "exited"  # status: the command ended on its own (succeeded or failed says its code)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"  # a matched rule (or a detector) stopped it
+    STALLED = "stalled"
+    TIMEOUT = "timeout"
+    STOPPED = "stopped"  # `gpuops stop`
+    LOST = "lost"  # no exit status, no abort, its session gone (killed by hand, container stopped)
+    FAILED_BEFORE_START = "failed-before-start"  # status's word for a launch that ended before training
+    NOT_STARTED = "not-started"  # runs' word for the same
+    INTERRUPTED = "interrupted"  # runs: its launch was interrupted (Ctrl-C) before training started
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:  # as its value's: a member finds the entry its word keys, and back
+        return hash(self.value)
+
+    def is_live(self) -> bool:
+        """The run (or its launch) goes on: there is something to follow or to stop."""
+        return self in _LIVE
+
+    def is_terminal(self) -> bool:
+        """The run has ended; its state will not change again."""
+        return self not in _LIVE
+
+
+_LIVE = frozenset({RunState.WARMING, RunState.RUNNING, RunState.ABORTING})

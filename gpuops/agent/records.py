@@ -16,19 +16,18 @@ __all__ = [
     "command_exit_code", "outcome", "read_json", "read_text", "write_json_atomic",
 ]
 
+from . import protocol as p
 from .protocol import ABORT, EXIT_CODE, LOG, META, PROFILE, SAMPLES, SAMPLES_COARSE  # the names' one home
-
-# gpuops exit codes (gpuops.errors.ExitCode, which the target cannot import)
-_OK, _FAILED, _ABORTED, _STALLED, _TIMEOUT = 0, 6, 7, 8, 124
+from .protocol import RunState
 
 #: abort.json reason -> (outcome, exit code); any other reason is a matched rule.
 _ABORT_OUTCOMES = {
-    "stall": ("stalled", _STALLED),
-    "timeout": ("timeout", _TIMEOUT),
-    "stop": ("stopped", _FAILED),
+    "stall": (RunState.STALLED, p.EXIT_STALLED),
+    "timeout": (RunState.TIMEOUT, p.EXIT_TIMEOUT),
+    "stop": (RunState.STOPPED, p.EXIT_FAILED),
 }
 
-Outcome = Tuple[str, Optional[int]]
+Outcome = Tuple[RunState, Optional[int]]
 
 
 def command_exit_code(text: str | None) -> int | None:
@@ -50,12 +49,14 @@ def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool)
     exists but does not hold a number still means the command ended: failed.
     """
     if abort is not None:
-        return _ABORT_OUTCOMES.get(str(abort.get("reason")), ("aborted", _ABORTED))
+        return _ABORT_OUTCOMES.get(str(abort.get("reason")), (RunState.ABORTED, p.EXIT_ABORTED))
     if exit_code_text is not None:
-        return ("succeeded", _OK) if command_exit_code(exit_code_text) == 0 else ("failed", _FAILED)
+        if command_exit_code(exit_code_text) == 0:
+            return RunState.SUCCEEDED, p.EXIT_OK
+        return RunState.FAILED, p.EXIT_FAILED
     if session_alive:
-        return ("running", None)
-    return ("lost", _FAILED)
+        return RunState.RUNNING, None
+    return RunState.LOST, p.EXIT_FAILED
 
 
 def read_text(path: str, limit: int = 1 << 16) -> str | None:

@@ -166,7 +166,7 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
         job.run(Cmd("tmux", "kill-session", "-t", f"={job.session}"))
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
-    state_alive = info is not None and (info.session_alive or info.state == "warming")
+    state_alive = info is not None and (info.session_alive or info.state is p.RunState.WARMING)
     if info is None or not state_alive:
         if info is not None:
             reap(job, info.run_id, persistent=False)
@@ -174,7 +174,7 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
                       {"run": info.run_id if info else None})
         return
     run_id = info.run_id
-    warming = info.state == "warming"
+    warming = info.state is p.RunState.WARMING
     yield Event("abort_start", job.target.name, run_id, {"reason": "stop", "by": "stop",
                                                           **({"phase": info.meta.get("phase")} if warming else {})})
     result = abort_run(job, run_id, "stop", by="stop")

@@ -7,6 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.agent import protocol as p
+from gpuops.agent.protocol import RunState
+
+
 def new_run_id(now: float | None = None) -> str:
     """Sortable and unique: 20261129-101500-3fa9c2."""
     import secrets
@@ -34,21 +38,21 @@ class RunInfo:
     samples_text: str = ""  # the tail of samples.jsonl, when asked for
 
     @property
-    def state(self) -> str:
+    def state(self) -> RunState:
         """warming | running | exited | aborting | aborted | stalled | failed-before-start | lost."""
         if self.abort is not None:
             if self.abort_done is None and self.session_alive:
-                return "aborting"
-            return "stalled" if self.abort.get("reason") == "stall" else "aborted"
+                return RunState.ABORTING
+            return RunState.STALLED if self.abort.get("reason") == "stall" else RunState.ABORTED
         if self.exit_code is not None:
-            return "exited"
+            return RunState.EXITED
         if self.session_alive:
-            return "running"
-        if self.meta.get("phase") in ("preflight", "warmup"):
-            return "warming" if self.meta.get("launcher_alive") else "failed-before-start"
-        if self.meta.get("phase") in ("warmup-failed", "start-failed", "interrupted", "connection-lost"):
-            return "failed-before-start"
-        return "lost"
+            return RunState.RUNNING
+        if self.meta.get("phase") in p.WARMING_PHASES:
+            return RunState.WARMING if self.meta.get("launcher_alive") else RunState.FAILED_BEFORE_START
+        if self.meta.get("phase") in p.NOT_STARTED_PHASES:
+            return RunState.FAILED_BEFORE_START
+        return RunState.LOST
 
     @property
     def watchdog_age(self) -> float | None:
@@ -60,15 +64,13 @@ class RunInfo:
 
     @property
     def watchdog_alive(self) -> bool:
-        from gpuops.agent.protocol import HEARTBEAT_STALE
-
         age = self.watchdog_age
-        fresh = age is not None and age < HEARTBEAT_STALE
+        fresh = age is not None and age < p.HEARTBEAT_STALE
         return fresh and self.watchdog_running and (self.watchdog or {}).get("state") != "done"
 
     @property
     def alive(self) -> bool:
-        return self.session_alive or self.state == "warming"
+        return self.session_alive or self.state is RunState.WARMING
 
     @property
     def seconds_since_log(self) -> float | None:
