@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 GUARD_PATH = REPO / "gpuops" / "agent" / "guard" / "pythonpath"
-CASES = REPO / "tests" / "standins" / "guard_cases.py"
+CASES = REPO / "tests" / "guard_cases.py"
 
 
 def _env(guard: bool) -> dict[str, str]:
@@ -42,6 +42,7 @@ def test_real_torch_three_threads_run_guarded(case: str, tmp_path: Path) -> None
                           cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "standin" not in out["torch"]
     assert out["guarded"] is True and out["errors"] == []
     assert out["counts"]["serialized"] >= 1 and out["counts"]["unguarded"] == 0
 

@@ -1,5 +1,7 @@
 """Training-code shapes the compile guard must handle, run by tests/test_guard.py in a fresh process
 (PYTHONPATH: the guard's folder, if on, then tests/standins for the stand-in torch; or real torch).
+It lives beside the tests, not in tests/standins: a script's own folder is first on sys.path, and
+the real-torch test must not find the stand-in there.
 
     python3 guard_cases.py CASE     prints one JSON line: errors, what ran, the guard's counts
 
@@ -153,7 +155,7 @@ def main(name):
     counts = None
     if guarded:
         counts = sys.modules["_gpuops_agent.guard.tally"].COUNTS.as_record()
-    print(json.dumps({"errors": errors, "guarded": guarded, "counts": counts}))
+    print(json.dumps({"errors": errors, "guarded": guarded, "counts": counts, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
