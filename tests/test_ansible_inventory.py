@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from bench import FakeProxmox, SshServer
 from bench.cli import gpuops
-from gpuops.config.inventory import load_inventory, resolve_target, resolve_targets
+from gpuops.config import load_inventory
+from gpuops.config.inventory import resolve_target, resolve_targets
 from gpuops.errors import ConfigError, UsageError
 
 LAB_INI = """\

@@ -3,10 +3,41 @@
 PyYAML is imported only when a file is loaded, so importing this package stays cheap.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from gpuops.config.inventory import load_inventory, resolve_target
+from typing import Any, Protocol
+
+from gpuops.config.inventory import resolve_target
 from gpuops.config.model import Host, Inventory, Playbook, Target
+from gpuops.config.source import Source
+
+
+class InventoryFormat(Protocol):
+    """An inventory format plugin (a module): whether it reads this file, and reading it."""
+
+    def accepts(self, source: Source) -> bool: ...
+
+    def load(self, source: Source) -> Inventory: ...
+
+
+def formats() -> tuple[InventoryFormat, ...]:
+    """The formats in the order they are asked: Ansible YAML (groups at the top), gpuops' own, Ansible INI."""
+    from gpuops.config import inventory
+    from gpuops.config.ansible import ini, yamlfile
+
+    return (yamlfile, inventory, ini)
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read and validate an inventory file: the first format that accepts it loads it, the way Ansible's
+    inventory manager asks its plugins; a .yml/.yaml/.json file that no format takes is a YAML error."""
+    source = Source(path)
+    for fmt in formats():
+        if fmt.accepts(source):
+            return fmt.load(source)
+    error = source.rejection()
+    assert error is not None  # INI takes every file not named as YAML, gpuops every named one that parses
+    raise error
 
 
 def load_playbook(path: str, **kwargs: Any) -> Playbook:

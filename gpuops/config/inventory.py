@@ -1,14 +1,15 @@
-"""Inventory files: hosts and the targets on them, validated with file:line:col errors."""
+"""gpuops' own inventory format (a plugin of load_inventory): hosts and the targets on them, validated with
+file:line:col errors; and picking targets from any inventory by name or group."""
 
 from __future__ import annotations
 
 import os
-import re
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable
 
 from gpuops.config import schema as s
 from gpuops.config.model import Host, Inventory, Target
+from gpuops.config.source import Source
 from gpuops.config.yamlpos import Node
 from gpuops.errors import ConfigError, Mark, UsageError
 
@@ -28,20 +29,17 @@ SSH_KEYS = (
 )
 HOST_KEYS = ("transport", *SSH_KEYS, "command_timeout")
 TARGET_KEYS = ("host", "ctid", "gpus")
-CTID_MIN, CTID_MAX = 100, 999_999_999  # what Proxmox accepts as a container id
-
-# An address or user name goes into ssh's argv and config: no spaces, no leading '-'.
-_ADDRESS = re.compile(r"[^\s@/\\'\"`$;|&<>()-][^\s@/\\'\"`$;|&<>()]*\Z")
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
-def load_inventory(path: str) -> Inventory:
-    """Read and validate an inventory file: gpuops' own YAML, or an Ansible inventory (YAML or INI)."""
-    from gpuops.config import ansible
+def accepts(source: Source) -> bool:
+    """YAML with hosts: or targets: at the top, an empty file, or any YAML file named .yml/.yaml/.json."""
+    return source.parses() and (bool(source.top_keys() & set(INVENTORY_KEYS)) or source.root is None
+                                or source.yaml_named)
 
-    kind, root = ansible.sniff(path)
-    if kind != "gpuops":
-        return ansible.load_ansible(path, kind, root)
+
+def load(source: Source) -> Inventory:
+    """Read and validate gpuops' own inventory format."""
+    path, root = source.path, source.root
     if root is None:
         raise ConfigError(Mark(path, 1, 1), "the file is empty; expected an inventory with keys: hosts, targets")
     top = s.Section(root, "the inventory", INVENTORY_KEYS)
@@ -77,11 +75,11 @@ def _host(name: str, mark: Mark, node: Node, jump_marks: dict[str, Mark]) -> Hos
                     f"'{key}' does not apply to host '{name}' (transport: local takes no ssh settings)",
                 )
     if (n := sec.get("address")) is not None:
-        fields["address"] = _matching(n, _ADDRESS, "a host name or IP address")
+        fields["address"] = s.text_matching(n, s.ADDRESS, "a host name or IP address")
     if (n := sec.get("user")) is not None:
-        fields["user"] = _matching(n, _USER, "a user name")
+        fields["user"] = s.text_matching(n, s.USER, "a user name")
     if (n := sec.get("port")) is not None:
-        fields["port"] = s.integer(n, 1, 65535, "a port number")
+        fields["port"] = s.integer(n, s.PORT_MIN, s.PORT_MAX, "a port number")
     if (n := sec.get("identity_file")) is not None:
         fields["identity_file"] = s.nonempty(n, "a path to a private key")
     if (n := sec.get("known_hosts")) is not None:
@@ -95,13 +93,6 @@ def _host(name: str, mark: Mark, node: Node, jump_marks: dict[str, Mark]) -> Hos
         if (n := sec.get(key)) is not None:
             fields[key] = s.seconds(n, zero_ok=False)
     return Host(name=name, transport=transport, mark=mark, **fields)  # type: ignore[arg-type]
-
-
-def _matching(node: Node, pattern: re.Pattern[str], what: str) -> str:
-    value = s.text(node, what)
-    if not pattern.match(value):
-        raise ConfigError(node.mark, f"expected {what}, got {s.describe(node)}")
-    return value
 
 
 def _check_jumps(hosts: dict[str, Host], marks: dict[str, Mark]) -> None:
@@ -140,7 +131,7 @@ def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target
         known = ", ".join(hosts) if hosts else "none defined"
         raise ConfigError(host_node.mark, f"unknown host '{host}' (hosts: {known}){s.suggest(host, hosts)}")
     ctid_node = sec.get("ctid")
-    ctid = s.integer(ctid_node, CTID_MIN, CTID_MAX, "a container id") if ctid_node else None
+    ctid = s.integer(ctid_node, s.CTID_MIN, s.CTID_MAX, "a container id") if ctid_node else None
     gpus_node = sec.get("gpus")
     gpus = s.gpu_list(gpus_node) if gpus_node else ()
     return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark)

@@ -1,10 +1,13 @@
-"""Typed readers over YAML nodes: each returns a plain value or raises ConfigError at the node."""
+"""Typed readers over YAML nodes: each returns a plain value or raises ConfigError at the node.
+
+The checks under them (a range, a pattern, a choice, no NUL, no GPU twice) take a plain value, so the
+Ansible inventory's variables (gpuops.config.ansible.tree.Var) read through the same ones, word for word."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Sequence as Seq
+from typing import Callable, Iterable, Sequence as Seq
 
 from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence, describe
 from gpuops.errors import ConfigError, Mark
@@ -12,6 +15,57 @@ from gpuops.errors import ConfigError, Mark
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 NAME_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+CTID_MIN, CTID_MAX = 100, 999_999_999  # what Proxmox accepts as a container id
+PORT_MIN, PORT_MAX = 1, 65535
+
+# An address or user name goes into ssh's argv and config: no spaces, no leading '-'.
+ADDRESS = re.compile(r"[^\s@/\\'\"`$;|&<>()-][^\s@/\\'\"`$;|&<>()]*\Z")
+USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+
+
+# -- the checks every reader shares: a plain value, where it was written, and how to show it -----
+
+
+def in_range(value: int | None, low: int, high: int | None, what: str | None, mark: Mark,
+             got: Callable[[], str]) -> int:
+    """value when it is an integer within [low, high]; the message states the range."""
+    if value is not None and value >= low and (high is None or value <= high):
+        return value
+    expected = f"an integer {low}..{high}" if high is not None else f"an integer >= {low}"
+    if what:
+        expected = f"{what} ({expected})"
+    raise ConfigError(mark, f"expected {expected}, got {got()}")
+
+
+def matching(value: str, pattern: re.Pattern[str], what: str, mark: Mark, got: Callable[[], str]) -> str:
+    """value when pattern matches it (an address, a user name)."""
+    if not pattern.match(value):
+        raise ConfigError(mark, f"expected {what}, got {got()}")
+    return value
+
+
+def one_of(value: str | None, options: Seq[str], what: str, mark: Mark, got: Callable[[], str]) -> str:
+    """value when it is one of options; the message lists them."""
+    if value is not None and value in options:
+        return value
+    raise ConfigError(mark, f"expected {what}: {' | '.join(options)}, got {got()}")
+
+
+def without_nul(value: str, what: str, mark_at: Callable[[int], Mark]) -> str:
+    """value when it holds no NUL (it goes into argv and files)."""
+    if "\x00" in value:
+        raise ConfigError(mark_at(value.index("\x00")), f"expected {what} without NUL characters")
+    return value
+
+
+def add_gpu(gpus: dict[int, None], gpu: int, mark: Mark, where: str = "") -> None:
+    """One more GPU index of a list; one listed twice is refused."""
+    if gpu in gpus:
+        raise ConfigError(mark, f"GPU {gpu} is listed twice{where}")
+    gpus[gpu] = None
+
+
+# -- readers of YAML nodes ----------------------------------------------------------------------
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
@@ -117,9 +171,12 @@ def text(node: Node, what: str = "a string") -> str:
     if not isinstance(node, Scalar) or node.kind in ("null", "bool"):
         hint = " (quote it to use it as text)" if isinstance(node, Scalar) and node.kind == "bool" else ""
         raise ConfigError(node.mark, f"expected {what}, got {describe(node)}{hint}")
-    if "\x00" in node.text:
-        raise ConfigError(node.mark_at(node.text.index("\x00")), f"expected {what} without NUL characters")
-    return node.text
+    return without_nul(node.text, what, node.mark_at)
+
+
+def text_matching(node: Node, pattern: re.Pattern[str], what: str) -> str:
+    """Text the pattern matches (an address, a user name)."""
+    return matching(text(node, what), pattern, what, node.mark, lambda: describe(node))
 
 
 def nonempty(node: Node, what: str) -> str:
@@ -152,14 +209,8 @@ def _looks_numeric(value: str) -> bool:
 
 def integer(node: Node, low: int, high: int | None = None, what: str | None = None) -> int:
     """An integer within [low, high]; the message states the range."""
-    if isinstance(node, Scalar) and node.kind == "int" and len(node.text) <= 20:
-        value = int(node.text)
-        if value >= low and (high is None or value <= high):
-            return value
-    expected = f"an integer {low}..{high}" if high is not None else f"an integer >= {low}"
-    if what:
-        expected = f"{what} ({expected})"
-    raise ConfigError(node.mark, f"expected {expected}, got {describe(node)}{_quoted_number_hint(node)}")
+    value = int(node.text) if isinstance(node, Scalar) and node.kind == "int" and len(node.text) <= 20 else None
+    return in_range(value, low, high, what, node.mark, lambda: describe(node) + _quoted_number_hint(node))
 
 
 def seconds(node: Node, *, zero_ok: bool, at_least: float | None = None) -> float:
@@ -201,12 +252,9 @@ def boolean(node: Node) -> bool:
 
 
 def choice(node: Node, options: Seq[str], what: str) -> str:
-    if isinstance(node, Scalar) and node.kind == "str" and node.text in options:
-        return node.text
-    listed = " | ".join(options)
-    got = describe(node)
-    hint = suggest(node.text, options) if isinstance(node, Scalar) else ""
-    raise ConfigError(node.mark, f"expected {what}: {listed}, got {got}{hint}")
+    value = node.text if isinstance(node, Scalar) and node.kind == "str" else None
+    return one_of(value, options, what, node.mark,
+                  lambda: describe(node) + (suggest(node.text, options) if isinstance(node, Scalar) else ""))
 
 
 def items(node: Node, what: str) -> list[Node]:
@@ -219,8 +267,5 @@ def gpu_list(node: Node) -> tuple[int, ...]:
     """Distinct GPU indexes, in the order given."""
     gpus: dict[int, None] = {}
     for item in items(node, "GPU indexes (e.g. [0, 1])"):
-        gpu = integer(item, 0, what="a GPU index")
-        if gpu in gpus:
-            raise ConfigError(item.mark, f"GPU {gpu} is listed twice")
-        gpus[gpu] = None
+        add_gpu(gpus, integer(item, 0, what="a GPU index"), item.mark)
     return tuple(gpus)

@@ -1,0 +1,198 @@
+"""Groups, hosts and their variables as an Ansible inventory file declares them (before any layering).
+
+A variable is a Var: its value (a YAML node, or a Python value from INI) and where it was written;
+its typed readers go through schema.py's checks, so both inventory formats word their errors alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.config import schema as s
+from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence
+from gpuops.errors import ConfigError, Mark
+
+GROUP_KEYS = ("children", "hosts", "vars")
+MAX_RANGE = 10_000  # hosts one pattern such as node[001:999] may expand to
+GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+_RANGE = re.compile(r"\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\]")
+
+
+@dataclass
+class Var:
+    """A variable's value (a YAML node, or a Python value from INI) and where it was written."""
+
+    value: Any
+    mark: Mark
+
+    def plain(self) -> Any:
+        return plain(self.value)
+
+    def text(self, what: str) -> str:
+        """Text (a number counts as written); a Jinja template is refused: gpuops does not evaluate them."""
+        value = self.plain()
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigError(self.mark, f"expected {what}, got {show(value)}")
+        value = str(value)
+        if "{{" in value or "{%" in value:
+            raise ConfigError(self.mark, f"expected {what}, got the Jinja template {show(value)}: gpuops does not "
+                                         "evaluate templates; write the value itself (a host_vars/ or group_vars/ file may hold it)")
+        return s.without_nul(value, what, lambda _: self.mark)
+
+    def matching(self, pattern: re.Pattern[str], what: str) -> str:
+        value = self.text(what)
+        return s.matching(value, pattern, what, self.mark, lambda: show(value))
+
+    def choice(self, options: tuple[str, ...], what: str) -> str:
+        value = self.text(what)
+        return s.one_of(value, options, what, self.mark, lambda: show(value))
+
+    def integer(self, low: int, high: int, what: str) -> int:
+        """An integer, or text of digits (INI values are often text)."""
+        value = self.plain()
+        return s.in_range(_int_like(value), low, high, what, self.mark, lambda: show(value))
+
+    def gpus(self) -> tuple[int, ...]:
+        """gpuops_gpus: a list [0, 1], or text '0,1' / '[0, 1]' (INI :vars values are text), or one index."""
+        value = self.plain()
+        if isinstance(value, str):
+            items: list[Any] = [x.strip() for x in value.strip().strip("[]()").split(",") if x.strip()]
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        else:
+            items = [value]
+        gpus: dict[int, None] = {}
+        for item in items:
+            gpu = _int_like(item)
+            if gpu is None or gpu < 0:
+                raise ConfigError(self.mark, f"expected GPU indexes (e.g. [0, 1]) in gpuops_gpus, got {show(item)}")
+            s.add_gpu(gpus, gpu, self.mark, " in gpuops_gpus")
+        return tuple(gpus)
+
+
+def first_set(v: dict[str, Var], *names: str) -> Var | None:
+    """The first of `names` set to something other than null."""
+    for name in names:
+        var = v.get(name)
+        if var is not None and var.plain() is not None:
+            return var
+    return None
+
+
+def show(value: Any) -> str:
+    """How an error message shows a variable's value: 'abc', 70000, a list."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    return str(value)
+
+
+def _int_like(value: Any) -> int | None:
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def plain(value: Any) -> Any:
+    """A variable as Python: YAML nodes read by the YAML 1.2 core schema, INI values as they are."""
+    if isinstance(value, Mapping):
+        return {k.text: plain(v) for k, v in s.entries(value, "a variable")}
+    if isinstance(value, Sequence):
+        return [plain(item) for item in value.items]
+    if not isinstance(value, Scalar):
+        return value
+    kind = value.kind
+    if kind == "null":
+        return None
+    if kind == "bool":
+        return value.text.lower() == "true"
+    if kind == "int" and len(value.text) <= 20:
+        return int(value.text)
+    return value.text
+
+
+def yaml_vars(node: Node, where: str) -> dict[str, Var]:
+    """The variables of a YAML mapping (a host's, a group's vars:, a group_vars/ file)."""
+    return {key.text: Var(value, value.mark) for key, value in s.entries(node, where)}
+
+
+@dataclass
+class Group:
+    name: str
+    mark: Mark
+    hosts: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    vars: dict[str, Var] = field(default_factory=dict)
+
+
+class Tree:
+    """Groups and hosts as the inventory file declares them."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.groups: dict[str, Group] = {}
+        self.hosts: dict[str, dict[str, Var]] = {}
+        self.host_marks: dict[str, Mark] = {}
+        self.group("all", Mark(path, 1, 1))
+
+    def group(self, name: str, mark: Mark) -> Group:
+        if not GROUP_NAME.match(name):
+            raise ConfigError(mark, f"expected a group name (letters, digits, '_', '.', '-'), got {name!r}")
+        return self.groups.setdefault(name, Group(name, mark))
+
+    def add_host(self, group: Group, pattern: str, mark: Mark, variables: dict[str, Var]) -> None:
+        for name in expand(pattern, mark):
+            if not s.NAME.match(name):
+                raise ConfigError(mark, f"expected a host name ({s.NAME_RULE}), got {name!r}")
+            self.hosts.setdefault(name, {}).update(variables)
+            self.host_marks.setdefault(name, mark)
+            if name not in group.hosts:
+                group.hosts.append(name)
+
+    def add_child(self, parent: Group, name: str, mark: Mark) -> Group:
+        child = self.group(name, mark)
+        if name not in parent.children:
+            parent.children.append(name)
+        return child
+
+    def reconcile(self) -> None:
+        """As Ansible does: groups without a parent belong to all; hosts in no group are in ungrouped."""
+        top = self.groups["all"]
+        ungrouped = self.add_child(top, "ungrouped", top.mark)
+        children = {c for g in self.groups.values() for c in g.children}
+        for name in list(self.groups):
+            if name != "all" and name not in children:
+                self.add_child(top, name, self.groups[name].mark)
+        grouped = {h for g in self.groups.values() if g.name not in ("all", "ungrouped") for h in g.hosts}
+        for host in self.hosts:
+            if host not in grouped and host not in ungrouped.hosts:
+                ungrouped.hosts.append(host)
+
+
+def expand(pattern: str, mark: Mark) -> list[str]:
+    """Ansible host ranges: db[01:03].lab -> db01.lab db02.lab db03.lab; [a:c] for letters; [0:9:2] steps."""
+    found = _RANGE.search(pattern)
+    if not found:
+        return [pattern]
+    head, tail = pattern[: found.start()], pattern[found.end() :]
+    begin, end, step = found.group(1), found.group(2), int(found.group(3) or 1)
+    if begin.isdigit() != end.isdigit() or step < 1:
+        raise ConfigError(mark, f"bad host range [{found.group(0)[1:-1]}] (begin and end both numbers or both letters)")
+    if begin.isdigit():
+        width = len(begin) if begin.startswith("0") and len(begin) > 1 else 0
+        if width and len(end) != width:
+            raise ConfigError(mark, f"bad host range {found.group(0)}: zero-padded begin and end must be as long")
+        values = [str(i).zfill(width) for i in range(int(begin), int(end) + 1, step)] if int(end) - int(begin) < MAX_RANGE * step else None
+    else:
+        values = [chr(c) for c in range(ord(begin), ord(end) + 1, step)]
+    if values is None or not values:
+        raise ConfigError(mark, f"bad host range {found.group(0)}: empty, or more than {MAX_RANGE} hosts")
+    rests = expand(tail, mark)
+    if len(values) * len(rests) > MAX_RANGE:
+        raise ConfigError(mark, f"host pattern {pattern!r} expands to more than {MAX_RANGE} hosts")
+    return [head + v + rest for v in values for rest in rests]
