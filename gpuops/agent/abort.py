@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import protocol as p
 from . import tmux
@@ -85,7 +85,8 @@ def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     session = cfg["session"]
     ab = cfg.get("abort") or {}
     grace = float(ab.get("grace", 30.0))
-    if tmux.alive(session):
+    run_id = os.path.basename(d)
+    if _session_live(d, session, run_id):
         # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
         # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
         sent_at = _signalled(d)
@@ -96,19 +97,43 @@ def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
             else:
                 tmux.signal_foreground(session, getattr(signal, "SIG" + name))
             sent_at = time.time()
-            with open(os.path.join(d, p.ABORT_SIGNALLED), "w") as fh:
-                fh.write("%.3f\n" % sent_at)
+            _retry_write(lambda: _write_text(os.path.join(d, p.ABORT_SIGNALLED), "%.3f\n" % sent_at), tries=5)
         deadline = time.monotonic() + max(0.0, sent_at + grace - time.time())
-        while time.monotonic() < deadline and tmux.alive(session):
+        while time.monotonic() < deadline and not tmux.gone(session, run_id):
             time.sleep(POLL)
         tmux.kill(session)
     gone_at = time.time()
-    survivors = reap(os.path.basename(d))
+    survivors = reap(run_id)
     gpus = drain(list(cfg.get("gpus") or []), int(cfg.get("max_memory_used_mib", 500)))
     result = {"survivors": survivors, "gpus": gpus, "seconds": round(time.monotonic() - started, 3),
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    write_json_atomic(os.path.join(d, p.ABORT_DONE), result)
+    _retry_write(lambda: write_json_atomic(os.path.join(d, p.ABORT_DONE), result))
     return result
+
+
+def _session_live(d: str, session: str, run_id: str) -> bool:
+    """The run's session is there to signal: tmux says so, or tmux failed on a started run that is
+    not confirmed gone (a tmux error never skips the grace). A launch still warming up has none."""
+    said = tmux.state(session)
+    if said != tmux.UNSURE:
+        return said == tmux.ALIVE
+    return os.path.exists(os.path.join(d, p.STARTED)) and not tmux.gone(session, run_id)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _retry_write(write: Callable[[], None], tries: int = 1200, every: float = 0.5) -> bool:
+    """A record written once it can be (a full disk is transient): True once written."""
+    for _ in range(tries):
+        try:
+            write()
+            return True
+        except OSError:
+            time.sleep(every)
+    return False
 
 
 def _signalled(d: str) -> Optional[float]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import BinaryIO, Optional
 
 from . import protocol as p
+from . import tmux
 from .procs import running
 
 POLL = 0.02
@@ -164,8 +164,7 @@ class Follower:
         if not self.session or now - self.last_session_check < 1.0:
             return None
         self.last_session_check = now
-        if subprocess.call(["tmux", "has-session", "-t", "=" + self.session],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+        if not tmux.gone(self.session, os.path.basename(self.d)):  # a tmux error is no end
             return None
         code = self.exit_code()  # again: run.sh writes it just before its session ends
         if not aborting:

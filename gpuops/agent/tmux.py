@@ -6,17 +6,52 @@ import os
 import subprocess
 from typing import List, Optional
 
+from .procs import marked
+
+#: What tmux says when its server answered and has no such session: the session is gone.
+_NO_SESSION = "can't find session"
+#: What tmux says when it reached no server: the server exited (gone), or its socket was deleted
+#: while it runs on (alive): only the run's processes can tell.
+_NO_SERVER = ("no server running", "error connecting to")
+
+ALIVE, GONE, UNSURE = "alive", "gone", "unsure"
+
 
 def _tmux(*args: str, timeout: float = 10.0) -> subprocess.CompletedProcess:
     return subprocess.run(["tmux", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=timeout)
 
 
-def alive(session: str) -> bool:
+def _ask(session: str) -> "tuple[str, str]":
+    """(ALIVE | GONE | UNSURE, what tmux said): a tmux that failed (a version mismatch, fork EAGAIN,
+    a timeout, no server reachable) says nothing for sure about the session."""
     try:
-        return _tmux("has-session", "-t", "=" + session).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+        result = _tmux("has-session", "-t", "=" + session)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return UNSURE, str(exc)
+    if result.returncode == 0:
+        return ALIVE, ""
+    said = result.stderr.decode("utf-8", "replace").lower()
+    return (GONE if _NO_SESSION in said else UNSURE), said
+
+
+def state(session: str) -> str:
+    """ALIVE, GONE (tmux's server said so) or UNSURE."""
+    return _ask(session)[0]
+
+
+def alive(session: str) -> bool:
+    """The session exists (tmux answered so); False also when tmux failed."""
+    return state(session) == ALIVE
+
+
+def gone(session: str, run_id: str) -> bool:
+    """The session is confirmed gone: tmux's server says so, or no server answers and no process of the
+    run is left. A tmux error alone never ends a run."""
+    said, words = _ask(session)
+    if said != UNSURE:
+        return said == GONE
+    return any(w in words for w in _NO_SERVER) and not marked(run_id)
 
 
 def new_detached(session: str, start_dir: str, argv: List[str]) -> subprocess.CompletedProcess:
@@ -27,9 +62,17 @@ def new_detached(session: str, start_dir: str, argv: List[str]) -> subprocess.Co
                  " ".join(shlex.quote(a) for a in argv))
 
 
+def _try(*args: str) -> Optional[subprocess.CompletedProcess]:
+    """A tmux command whose failure the caller copes with (None when tmux could not run)."""
+    try:
+        return _tmux(*args)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def interrupt(session: str) -> None:
     """Ctrl-C to the pane: the terminal sends SIGINT to the foreground job."""
-    _tmux("send-keys", "-t", "=" + session + ":", "C-c")
+    _try("send-keys", "-t", "=" + session + ":", "C-c")
 
 
 def signal_foreground(session: str, signum: int) -> None:
@@ -47,10 +90,12 @@ def signal_foreground(session: str, signum: int) -> None:
 
 
 def pane_pid(session: str) -> Optional[int]:
-    result = _tmux("display-message", "-p", "-t", "=" + session + ":", "#{pane_pid}")
+    result = _try("display-message", "-p", "-t", "=" + session + ":", "#{pane_pid}")
+    if result is None:
+        return None
     text = result.stdout.decode().strip()
     return int(text) if result.returncode == 0 and text.isdigit() else None
 
 
 def kill(session: str) -> None:
-    _tmux("kill-session", "-t", "=" + session)
+    _try("kill-session", "-t", "=" + session)

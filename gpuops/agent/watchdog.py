@@ -14,10 +14,11 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
 from . import tmux
@@ -36,14 +37,44 @@ READ = 1 << 20
 MAX_REPORTS = 100
 #: Reported matches a restarted watchdog remembers (to report none twice); older ones are past its checkpoint.
 MAX_REMEMBERED = 10000
+#: Events a full disk keeps waiting to be written (the oldest beyond are dropped).
+MAX_PENDING = 1000
 
 
-def _write_state(path: str, record: Dict[str, Any]) -> None:
-    """The heartbeat: rewritten every second, so atomically but without fsync."""
+def _write_state(path: str, record: Dict[str, Any]) -> Optional[OSError]:
+    """The heartbeat: rewritten every second, so atomically but without fsync. The error when the
+    write failed (a full disk): the next beat tries again, the watching goes on."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+        os.replace(tmp, path)
+        return None
+    except OSError as exc:
+        return exc
+
+
+class Pulse:
+    """A byte down stdout each heartbeat when stdout is the supervisor's pipe: how it tells a live
+    watchdog from a frozen one without the disk (which may be full)."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: Optional[int] = 1 if stat.S_ISFIFO(os.fstat(1).st_mode) else None
+            if self.fd is not None:
+                os.set_blocking(self.fd, False)  # a frozen supervisor never blocks the watchdog
+        except OSError:
+            self.fd = None
+
+    def beat(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, b".")
+        except BlockingIOError:
+            pass
+        except OSError:  # the supervisor is gone: nobody listens any more
+            self.fd = None
 
 
 class EventLog:
@@ -69,9 +100,28 @@ class EventLog:
         except OSError:
             pass
         self.d = d
+        self.pending: List[Tuple[str, Dict[str, Any]]] = []
+        self.lock = threading.Lock()  # the abort sequence's thread writes too
 
     def write(self, event: str, **data: Any) -> None:
-        append_event(self.d, event, **data)
+        """Append the event; one that cannot be written (a full disk) waits, in order, for the next try."""
+        with self.lock:
+            self.pending.append((event, data))
+        self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        while self.pending:
+            event, data = self.pending[0]
+            try:
+                append_event(self.d, event, **data)
+            except OSError:
+                del self.pending[:-MAX_PENDING]
+                return
+            self.pending.pop(0)
 
 
 class Watchdog:
@@ -104,9 +154,12 @@ class Watchdog:
         self.last_beat = self.last_session_check = 0.0
         self.session_alive = True
         self.stall_said = False
+        self.write_failing = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
         self.quiet = Quiet(d, cfg, self.started)
         self.next_quiet = 0.0
+        self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
+        self.pulse = Pulse()
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> bool:
@@ -182,7 +235,12 @@ class Watchdog:
         if now < self.next_quiet:
             return
         self.next_quiet = now + 0.25
-        for finding in self.quiet.tick(now):
+        try:
+            findings = self.quiet.tick(now)
+        except OSError as exc:  # samples that cannot be written (a full disk): the next tick tries again
+            self.note_write_error(exc)
+            return
+        for finding in findings:
             self.on_finding(finding)
         problem = self.quiet.problem()
         if problem:
@@ -212,7 +270,12 @@ class Watchdog:
         record = {"reason": reason, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "signal": ab.get("signal", "INT"), "grace": ab.get("grace", 30), "by": "watchdog", "pid": os.getpid()}
         record.update({k: v for k, v in why.items() if v is not None})
-        won, current = claim(self.d, record)
+        try:
+            won, current = claim(self.d, record)
+        except OSError:  # the claim could not be written (a full disk): claimed at the next try
+            self.retry_abort = (reason, why)
+            return
+        self.retry_abort = None
         if not won:
             self.seen_claim(current)
             return
@@ -284,7 +347,7 @@ class Watchdog:
         if now - self.last_session_check >= 0.5:
             self.last_session_check = now
             started = os.path.exists(os.path.join(self.d, p.STARTED))  # before the check: then alive is current
-            self.session_alive = tmux.alive(self.session)
+            self.session_alive = not tmux.gone(self.session, self.run_id)  # a tmux error is no end
             self.session_seen = self.session_seen or started or self.session_alive
         over = os.path.exists(os.path.join(self.d, p.EXIT_CODE)) or (self.session_seen and not self.session_alive)
         if not over:
@@ -319,18 +382,33 @@ class Watchdog:
         self.events.write("done")
         self.beat(force=True)
 
+    def note_write_error(self, exc: OSError) -> None:
+        """Said once per spell of failing writes (when it can be written): the watching goes on."""
+        if not self.write_failing:
+            self.write_failing = True
+            self.events.write("write_failed", message="cannot write the run's records (%s); the watchdog goes on "
+                              "watching and writes them once it can" % (exc.strerror or exc))
+
     def beat(self, force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last_beat < p.HEARTBEAT_EVERY:
             return
         self.last_beat = now
-        _write_state(self.state_path, {
+        self.pulse.beat()
+        self.events.flush()
+        if self.retry_abort is not None and self.status == "watching":
+            self.abort(self.retry_abort[0], **self.retry_abort[1])
+        failed = _write_state(self.state_path, {
             "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
             "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
             "restarts": self.restarts, "disabled_rules": sorted(self.matcher.guard.disabled),
             **self.quiet.heartbeat(),
         })
+        if failed is not None:
+            self.note_write_error(failed)
+        elif self.write_failing and not self.events.pending:
+            self.write_failing = False
 
     def run(self) -> int:
         if self.restarts:
@@ -362,7 +440,8 @@ def main(argv: list) -> int:
     if cfg is None:
         sys.stderr.write("watchdog: no readable %s in %s\n" % (p.WATCH, d))
         return 3
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    # Killed is not done: the supervisor starts the watchdog again unless watchdog.json says done.
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
     return Watchdog(d, cfg).run()
 
 

@@ -1,0 +1,138 @@
+"""The agent under faults it will meet (issue 19, items 1-4), injected on the real-sshd bench: a tmux
+that fails, a full disk, the watchdog killed with SIGTERM, the watchdog frozen with SIGSTOP.
+
+Each test asserts what a user would notice: the healthy run goes on (session, processes), and an FX
+race printed after the fault is still stopped by the watchdog, nobody attached.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import FakeProxmox, SshServer, procs, wait_until
+from bench.faults import calls, can_mount, container_path, full_disk, tmpfs, tmux_wrapper
+from bench.watchdog import events, heartbeat, wait_watching
+from test_watch import Ct, make_ct, trainer
+from test_watchdog import go_file, run_stopped
+
+
+@pytest.fixture
+def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
+    return make_ct(sshd, fake_proxmox, tmp_path)
+
+
+def stopped_by_the_watchdog(ct: Ct) -> None:
+    """The run is stopped by the watchdog for the FX race: session, processes and GPU memory gone."""
+    wait_until(lambda: run_stopped(ct), timeout=60, message="the watchdog to stop the run")
+    record = ct.abort_record()
+    assert (record["rule"], record["by"]) == ("fx-tracing-race", "watchdog"), record
+
+
+# -- 1. a tmux error is no end of the session ---------------------------------------------------------
+@pytest.mark.parametrize("said", ["no server running on /tmp/tmux-0/default",  # its socket deleted
+                                  "protocol version mismatch (client 8, server 7)"])
+def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
+    flag, count = ct.tmp / "tmux-broken", ct.tmp / "tmux-calls"
+    tmux_wrapper(ct.tmp / "bin", flag, count, stderr=said)
+    container_path(ct.fake, ct.tmp / "bin")
+    go, opt = go_file(ct)
+    ct.launch_detached(trainer("fx-thread", opt))
+    wait_watching(ct.run_dir())
+    ct.wait_training()
+    trainers = ct.run_processes()
+    flag.touch()
+    wait_until(lambda: calls(count) >= 6, timeout=60, message="the watchdog to meet the failing tmux a few times")
+    flag.unlink()
+    assert ct.session_alive() and all(procs.is_alive(pid) for pid in trainers), "a tmux error killed the run"
+    assert not any(e["event"] in ("session_gone", "done") for e in events(ct.run_dir()))
+    go.touch()
+    stopped_by_the_watchdog(ct)
+
+
+def test_tmux_state_tells_a_gone_session_from_a_failing_tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuops.agent import tmux
+    from gpuops.agent.procs import marked
+
+    flag, count = tmp_path / "flag", tmp_path / "count"
+    flag.touch()
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    for said, code, state in [("can't find session: =train", 1, tmux.GONE),
+                              ("protocol version mismatch (client 8, server 7)", 1, tmux.UNSURE),
+                              ("fork failed: Resource temporarily unavailable", 1, tmux.UNSURE),
+                              ("no server running on /tmp/tmux-0/default", 1, tmux.UNSURE)]:
+        tmux_wrapper(tmp_path / "bin", flag, count, stderr=said, code=code)
+        assert tmux.state("train") == state, said
+    # No server answers and no process of the run is left: gone. One is left: not gone.
+    assert tmux.gone("train", "no-such-run-0")
+    run = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUOPS_RUN_ID": "fault-run-1"})
+    try:
+        wait_until(lambda: run.pid in marked("fault-run-1"), message="the marked process")
+        assert not tmux.gone("train", "fault-run-1")
+    finally:
+        run.kill()
+        run.wait()
+
+
+# -- 2. a full disk for a while ------------------------------------------------------------------------
+def quiet_fx_job(ct: Ct, go: Path) -> str:
+    """A job that writes nothing until `go` exists (a full disk would fail its writes), then the FX race."""
+    from test_reliability import FX_SAMPLE
+
+    return (f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done; cat {shlex.quote(str(FX_SAMPLE))}; "
+            "while true; do echo 'step eager'; sleep 0.1; done")
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs root and mount(8) for a tmpfs")
+def test_a_full_disk_for_a_while_leaves_the_run_protected(ct: Ct) -> None:
+    state = ct.fake.home(200) / ".gpuops"
+    with tmpfs(state, "24m"):
+        go = ct.tmp / "go"
+        ct.launch_detached(quiet_fx_job(ct, go))
+        run = ct.run_dir()
+        wait_watching(run)
+        with full_disk(state):
+            last = heartbeat(run).get("ts") or time.time()
+            wait_until(lambda: time.time() - last > 3, timeout=30, message="3 s of full disk")
+        assert ct.session_alive()
+        go.touch()
+        wait_until(lambda: (run / "abort-done.json").exists(), timeout=60, message="the watchdog to stop the run")
+        assert ct.abort_record()["by"] == "watchdog" and ct.abort_record()["rule"] == "fx-tracing-race"
+        wait_until(lambda: not ct.session_alive(), timeout=30, message="the session to end")
+        assert any(e["event"] == "write_failed" for e in events(run))
+
+
+# -- 3. `kill <watchdog pid>` -------------------------------------------------------------------------
+def test_a_watchdog_killed_with_sigterm_is_started_again(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    ct.launch_detached(trainer("fx-thread", opt))
+    first = wait_watching(ct.run_dir())
+    os.kill(first, signal.SIGTERM)
+    second = wait_until(lambda: (pid := wait_watching(ct.run_dir(), timeout=30)) != first and pid, timeout=30,
+                        message="the watchdog to be started again")
+    assert second != first
+    go.touch()
+    stopped_by_the_watchdog(ct)
+
+
+# -- 4. a frozen watchdog -----------------------------------------------------------------------------
+def test_a_frozen_watchdog_is_killed_and_started_again(ct: Ct) -> None:
+    go, opt = go_file(ct)
+    ct.launch_detached(trainer("fx-thread", opt))
+    first = wait_watching(ct.run_dir())
+    os.kill(first, signal.SIGSTOP)
+    try:
+        wait_until(lambda: any(e["event"] == "watchdog_restarted" and e.get("frozen") for e in events(ct.run_dir())),
+                   timeout=60, message="the supervisor to notice the frozen watchdog")
+        assert not procs.is_alive(first)
+        go.touch()
+        stopped_by_the_watchdog(ct)
+    finally:
+        if procs.is_alive(first):
+            os.kill(first, signal.SIGKILL)
