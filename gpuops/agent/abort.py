@@ -9,22 +9,27 @@ client runs it; it survives the client's connection dropping mid-way.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import protocol as p
 from . import tmux
+from .procs import running
 from .records import read_json, write_json_atomic
 from .smi import SmiError, parse_sample, sample_argv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRAIN_TIMEOUT = 30.0
 POLL = 0.02
+#: An unreadable abort.json older than this, with nobody running the sequence, has a dead claimer.
+CLAIM_SETTLE = 5.0
 
 
 def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
@@ -79,10 +84,69 @@ def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT) -> List
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def _sequence_lock(d: str, wait: bool) -> Iterator[bool]:
+    """The abort sequence's lock (held while it runs, freed by the kernel when its holder dies): True if held."""
+    try:
+        fh = open(os.path.join(d, p.ABORT_LOCK), "a")
+    except OSError:  # no lock file (a full disk): the sequence runs unguarded, as it is idempotent
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        fh.close()
+
+
+def claimer_dead(d: str) -> bool:
+    """The run's abort was claimed and not finished, and its claimer is gone: nobody holds the sequence's
+    lock, and the claimer's process is not running (or abort.json is unreadable and not fresh)."""
+    if not claimer_dead_unlocked(d):
+        return False
+    with _sequence_lock(d, wait=False) as free:
+        return free
+
+
+def finish_orphan(d: str, cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """Finish an abort whose claimer died (no second signal: kill, reap, drain); None when there is none
+    or another finisher has it."""
+    with _sequence_lock(d, wait=False) as got:
+        if not got or not claimer_dead_unlocked(d):
+            return None
+        result = _sequence(d, cfg)
+    result["finished_for"] = str((read_json(os.path.join(d, p.ABORT)) or {}).get("by") or "?")
+    return result
+
+
+def claimer_dead_unlocked(d: str) -> bool:
+    """claimer_dead, for a caller that holds the lock already."""
+    path = os.path.join(d, p.ABORT)
+    if not os.path.exists(path) or os.path.exists(os.path.join(d, p.ABORT_DONE)):
+        return False
+    pid = (read_json(path) or {}).get("pid")
+    if isinstance(pid, int) and pid > 0:
+        return pid != os.getpid() and not running(pid)
+    try:
+        return time.time() - os.stat(path).st_mtime >= CLAIM_SETTLE
+    except OSError:
+        return False
+
+
 def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json."""
+    with _sequence_lock(d, wait=True):
+        return _sequence(d, cfg)
+
+
+def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     started = time.monotonic()
-    session = cfg["session"]
+    cfg = run_config(d, cfg)
+    session = str(cfg.get("session") or "")
     ab = cfg.get("abort") or {}
     grace = float(ab.get("grace", 30.0))
     run_id = os.path.basename(d)
@@ -111,9 +175,22 @@ def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
+def run_config(d: str, cfg: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """watch.json's settings; where it is garbled, what meta.json says (session, GPUs): a broken record
+    never blocks a stop."""
+    cfg = dict(cfg or {})
+    if not cfg.get("session"):
+        meta = read_json(os.path.join(d, p.META)) or {}
+        cfg["session"] = meta.get("session") or ""
+        cfg.setdefault("gpus", meta.get("gpus") or [])
+    return cfg
+
+
 def _session_live(d: str, session: str, run_id: str) -> bool:
     """The run's session is there to signal: tmux says so, or tmux failed on a started run that is
     not confirmed gone (a tmux error never skips the grace). A launch still warming up has none."""
+    if not session:
+        return False
     said = tmux.state(session)
     if said != tmux.UNSURE:
         return said == tmux.ALIVE
@@ -157,6 +234,19 @@ def wait_done(d: str, timeout: float) -> Optional[Dict[str, Any]]:
     return None
 
 
+def wait_or_finish(d: str, cfg: Dict[str, Any], timeout: float) -> Optional[Dict[str, Any]]:
+    """The winner's abort-done.json; if the winner died before it (in the grace), finish its sequence."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = wait_done(d, 0.25)
+        if done is not None:
+            return done
+        finished = finish_orphan(d, cfg)
+        if finished is not None:
+            return finished
+    return None
+
+
 def _say(line: str) -> None:
     """Tell the client, if it is still there: a dropped connection must not stop the abort."""
     try:
@@ -172,8 +262,9 @@ def tool_abort(argv: List[str]) -> int:
     for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     d = p.run_dir(run_id)
-    cfg = read_json(os.path.join(d, p.WATCH)) or {}
     record = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
+    cfg = run_config(d, read_json(os.path.join(d, p.WATCH)))
+    cfg.setdefault("abort", {"signal": record.get("signal") or "INT", "grace": record.get("grace", 30.0)})
     record.update({"by": by, "pid": os.getpid()})
     won, current = claim(d, record)
     if won:
@@ -183,6 +274,6 @@ def tool_abort(argv: List[str]) -> int:
     else:
         _say(p.mark("already", json.dumps(current, sort_keys=True)))
         grace = float((cfg.get("abort") or {}).get("grace", 30.0))
-        done = wait_done(d, grace + 90.0)
+        done = wait_or_finish(d, cfg, grace + 90.0)
     _say(p.mark("aborted", json.dumps(done or {}, sort_keys=True)))
     return 0

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from typing import BinaryIO, Optional
 
 from . import protocol as p
 from . import tmux
+from .abort import claimer_dead, finish_orphan
+from .records import read_json
 from .procs import running
 
 POLL = 0.02
@@ -67,6 +70,8 @@ class Follower:
         self.size, self.mtime = -1, 0.0
         self.last_session_check = 0.0
         self.gone_since: Optional[float] = None
+        self.finisher: Optional[threading.Thread] = None
+        self.last_orphan_check = 0.0
 
     def w(self, data: bytes) -> None:
         self.out.write(data)
@@ -158,6 +163,8 @@ class Follower:
         if os.path.exists(os.path.join(self.d, p.ABORT_DONE)):
             return p.end_frame("abort", None)
         aborting = os.path.exists(os.path.join(self.d, p.ABORT))
+        if aborting:
+            self.finish_orphan(now)
         code = self.exit_code()
         if code is not None and not aborting:
             return p.end_frame("exit", code)
@@ -172,6 +179,17 @@ class Follower:
         # Stopped, session gone: the aborter is reaping and draining. Wait for its record, within reason.
         self.gone_since = self.gone_since or now
         return p.end_frame("abort", None) if now - self.gone_since > ABORTER_GRACE else None
+
+    def finish_orphan(self, now: float) -> None:
+        """A claimed abort whose claimer died (the watchdog and its supervisor killed in the grace): this
+        follow finishes it, in the background, as the watchdog would (kill, reap, drain; no second signal)."""
+        if self.finisher is not None or now - self.last_orphan_check < 1.0:
+            return
+        self.last_orphan_check = now
+        if claimer_dead(self.d):
+            cfg = read_json(os.path.join(self.d, p.WATCH))
+            self.finisher = threading.Thread(target=finish_orphan, args=(self.d, cfg), name="gpuops-finish")
+            self.finisher.start()  # not a daemon: a client that goes away does not cut the sequence short
 
     def exit_code(self) -> Optional[int]:
         text = _read(os.path.join(self.d, p.EXIT_CODE), 64)

@@ -41,6 +41,7 @@ WATCH = "watch.json"  # the rules, stall timeout, detectors and abort settings t
 ABORT = "abort.json"  # why the run was stopped and by whom; created once (the claim), never replaced
 ABORT_SIGNALLED = "abort-signalled"  # when the abort's signal went to the run: it is never sent twice
 ABORT_DONE = "abort-done.json"  # the abort sequence finished: survivors, GPUs, seconds
+ABORT_LOCK = "abort.lock"  # flock'ed by whoever runs the abort sequence: free with a claim not done = its claimer died
 EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON object a line
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr

@@ -22,9 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
 from . import tmux
-from .abort import claim, reap, stop_run
+from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
 from .masking import Masker
-from .procs import running
 from .quiet import Quiet
 from .records import read_json
 from .runfiles import append_event
@@ -298,21 +297,20 @@ class Watchdog:
                               rule=record.get("rule"))
 
     def check_claims(self) -> None:
-        """An abort claimed by someone whose process is gone before it finished: finish it (kill, reap, drain)."""
-        record = read_json(os.path.join(self.d, p.ABORT))
-        if record is None:
+        """An abort claimed by someone whose process is gone before it finished (or whose abort.json is
+        unreadable): finish it (kill, reap, drain; no second signal)."""
+        path = os.path.join(self.d, p.ABORT)
+        if not os.path.exists(path):
             return
+        record = read_json(path) or {}
         if self.status == "watching":
             self.seen_claim(record)
-        done = os.path.exists(os.path.join(self.d, p.ABORT_DONE))
-        if done or self.aborter is not None or record.get("by") == "watchdog" and record.get("pid") == os.getpid():
+        if self.aborter is not None or not claimer_dead(self.d):
             return
-        pid = record.get("pid")
-        if isinstance(pid, int) and pid > 0 and not running(pid):
-            self.events.write("abort_completed", stopped_by=record.get("by"),
-                              message="the process that claimed the abort is gone; the watchdog finishes it")
-            self.aborter = threading.Thread(target=lambda: stop_run(self.d, self.cfg), daemon=True)
-            self.aborter.start()
+        self.events.write("abort_completed", stopped_by=record.get("by") or "?",
+                          message="the process that claimed the abort is gone; the watchdog finishes it")
+        self.aborter = threading.Thread(target=lambda: finish_orphan(self.d, self.cfg), daemon=True)
+        self.aborter.start()
 
     def check_stall(self, now: float) -> None:
         if self.status != "watching" or not self.stall.stalled(now):
