@@ -21,9 +21,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import protocol as p
 from . import tmux
-from .procs import running
+from .procs import parents, run_of, running, started_at
 from .records import read_json, write_json_atomic
-from .smi import SmiError, parse_sample, sample_argv
+from .smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRAIN_TIMEOUT = 30.0
@@ -137,6 +137,59 @@ def claimer_dead_unlocked(d: str) -> bool:
         return False
 
 
+def gpu_holders(gpus: List[int]) -> Dict[int, List[int]]:
+    """GPU index -> pids of the compute processes nvidia-smi lists on it ({} where it lists none, as in LXC)."""
+    try:
+        listed = [subprocess.run(["nvidia-smi", "--query-%s=%s" % q, "--format=csv,noheader,nounits"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=30).stdout.decode("utf-8", "replace")
+                  for q in (("gpu", GPU_FIELDS), ("compute-apps", APP_FIELDS))]
+        table = parse_gpus(listed[0], listed[1])
+    except (OSError, subprocess.SubprocessError, SmiError):
+        return {}
+    return {g.index: [a.pid for a in g.processes if a.pid] for g in table if g.index in gpus and g.processes}
+
+
+def drain_or_name(d: str, gpus: List[int], max_mib: int) -> Tuple[List[Dict[str, Any]], Dict[str, List[int]]]:
+    """Drain the run's GPUs; a GPU that does not drain is held by someone: a holder that started after the
+    run and carries no other run's marker is the run's own (a worker that escaped the reap) and is
+    killed; the pids that still hold a GPU then are named, per GPU."""
+    state = drain(gpus, max_mib)
+    busy = [g["index"] for g in state if (g.get("memory_used_mib") or 0) > max_mib]
+    if not busy:
+        return state, {}
+    since = _made_at(d)
+    run_id = os.path.basename(d)
+    ours = [pid for pids in gpu_holders(busy).values() for pid in pids if _escaped(pid, run_id, since)]
+    for pid in ours:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if ours:
+        state = drain(gpus, max_mib, timeout=10.0)
+        busy = [g["index"] for g in state if (g.get("memory_used_mib") or 0) > max_mib]
+    holders = gpu_holders(busy) if busy else {}
+    return state, {str(g): holders.get(g, []) for g in busy}
+
+
+def _escaped(pid: int, run_id: str, since: Optional[float]) -> bool:
+    """A GPU holder that is the run's own, escaped from the reap: started after the run, marked by no
+    other run, and orphaned (a double fork left init its parent). A job someone started from a shell
+    meanwhile has a live parent and is not touched."""
+    if since is None or run_of(pid) not in (None, run_id) or (started_at(pid) or 0) < since:
+        return False
+    return parents().get(pid) == 1
+
+
+def _made_at(d: str) -> Optional[float]:
+    """When the run was made (its command file is written once, by prepare)."""
+    try:
+        return os.stat(os.path.join(d, p.COMMAND)).st_mtime - 1.0
+    except OSError:
+        return None
+
+
 def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json."""
     with _sequence_lock(d, wait=True):
@@ -168,8 +221,8 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
         tmux.kill(session)
     gone_at = time.time()
     survivors = reap(run_id)
-    gpus = drain(list(cfg.get("gpus") or []), int(cfg.get("max_memory_used_mib", 500)))
-    result = {"survivors": survivors, "gpus": gpus, "seconds": round(time.monotonic() - started, 3),
+    gpus, held_by = drain_or_name(d, list(cfg.get("gpus") or []), int(cfg.get("max_memory_used_mib", 500)))
+    result = {"survivors": survivors, "gpus": gpus, **({"held_by": held_by} if held_by else {}), "seconds": round(time.monotonic() - started, 3),
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _retry_write(lambda: write_json_atomic(os.path.join(d, p.ABORT_DONE), result))
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, List, Set
+from typing import Dict, Iterable, List, Optional, Set
 
 #: The environment entry every process of a run carries (run.sh and warmup.sh export it).
 MARKER = b"GPUOPS_RUN_ID="
@@ -70,3 +70,28 @@ def descendants(roots: Iterable[int]) -> Set[int]:
                 seen.add(child)
                 todo.append(child)
     return seen
+
+
+def started_at(pid: int) -> Optional[float]:
+    """When the process started (epoch seconds), from its start tick and the boot time."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            ticks = int(fh.read(4096).rsplit(b")", 1)[-1].split()[19])
+        with open("/proc/stat", "rb") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run_of(pid: int) -> Optional[str]:
+    """The run id a process is marked with, if any."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            env = fh.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(MARKER):
+            return entry[len(MARKER):].decode("utf-8", "replace")
+    return None

@@ -182,7 +182,9 @@ class TextRenderer:
         elif k == "aborted":
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB" for g in ev.get("gpus", []))
             self.say(f"{tag} run {ev.run} stopped in {ev.get('seconds')}s; session gone" + (f"; GPUs {gpus}" if gpus else "")
-                     + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else ""))
+                     + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else "")
+                     + "".join(f"; GPU {g} DID NOT DRAIN (held by pids {held or 'not listed'})"
+                               for g, held in (ev.get("held_by") or {}).items()))
         elif k == "waiting_start":
             self.say(f"{tag} run {ev.run} is being launched ({ev.get('phase')}); following once training starts")
         elif k == "reconnecting":

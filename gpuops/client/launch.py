@@ -183,6 +183,7 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
                                                                    "stopped_by": result.by, "rule": result.record.get("rule")})
     else:
         yield Event("aborted", job.target.name, run_id, {"reason": "stop", "survivors": result.survivors, "gpus": result.gpus,
+                                                         "held_by": result.held_by,
                                                          "seconds": round(result.seconds, 3), "by": "stop"})
     if result.survivors:
         raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")

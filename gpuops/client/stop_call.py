@@ -27,6 +27,7 @@ class AbortResult:
     record: dict[str, Any]  # the record in force: ours, or the one who stopped the run first
     won: bool = True  # False: someone else had already claimed the abort
     survivors: list[int] = field(default_factory=list)
+    held_by: dict[str, list[int]] = field(default_factory=dict)  # GPU -> pids, for a GPU that did not drain
     gpus: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     session_gone_at: float | None = None  # the target's clock
@@ -82,6 +83,8 @@ def abort_run(job: Job, run_id: str, reason: str, *, by: str = "client", rule: s
         done = said.done
         out.survivors = [int(x) for x in done.get("survivors") or [] if isinstance(x, int)]
         out.gpus = list(done.get("gpus") or [])
+        out.held_by = {str(g): [int(x) for x in pids if isinstance(x, int)]
+                       for g, pids in (done.get("held_by") or {}).items() if isinstance(pids, list)}
         out.seconds = float(done.get("seconds") or 0.0)
         out.session_gone_at = done.get("session_gone_at")
     return out

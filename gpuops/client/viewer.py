@@ -161,7 +161,7 @@ class Viewer:
         if not result.won:
             return self.event("stopped_elsewhere", reason=result.record.get("reason"), stopped_by=result.by,
                               rule=result.record.get("rule"))
-        return self.event("aborted", reason=reason, survivors=result.survivors, gpus=result.gpus,
+        return self.event("aborted", reason=reason, survivors=result.survivors, gpus=result.gpus, held_by=result.held_by,
                           seconds=round(result.seconds, 3), session_gone_at=result.session_gone_at, by=result.by)
 
     def timeout(self) -> Iterator[Event | Outcome]:
