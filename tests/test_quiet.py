@@ -233,3 +233,39 @@ def test_a_slow_run_that_only_warned_is_not_the_next_runs_baseline_and_runs_show
     notes = [e for e in other.events() if e["event"] == "watchdog" and e.get("what") == "note"]
     assert any("no comparable baseline" in n.get("message", "") and "another command or env" in n["message"]
                for n in notes), notes
+
+
+def test_another_runs_warmup_in_the_same_cache_is_not_this_runs_compile(ct: Ct) -> None:
+    # issue 19.8: two runs in one container share an inductor cache; the second one's warmup compiled
+    # into it while the first trained, and the first reported (or, with abort, stopped on) compile-after-warmup
+    cache = ct.tmp / "shared-inductor-cache"
+    (cache / "triton").mkdir(parents=True)
+    (cache / "triton" / "warm.cubin").write_text("from the first run's warmup\n")
+    first = playbook(ct, perf(seconds=40), compile_after_warmup={"settle": 1, "action": "abort"}, gpu_memory=False)
+    data = yaml.safe_load(first.read_text())
+    data["env"] = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    first.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert ct.gpuops("launch", "--detach").code == 0
+    first_dir = ct.run_dir()
+    wait_until(lambda: (first_dir / "samples.jsonl").exists(), timeout=60, message="the first run's samples")
+    second = ct.tmp / "second.yaml"
+    second.write_text(yaml.safe_dump({
+        "name": "other-playbook", "env": {"TORCHINDUCTOR_CACHE_DIR": str(cache)}, "preflight": {"gpus": [7]},
+        "warmup": {"gpus": [7], "command": "fake-train --mode perf --gpus {gpu} --interval 0.1 --duration 1.5 "
+                   "--cache-dir %s --cache-files 53 --cache-after 0.3" % shlex.quote(str(cache)), "timeout": 60},
+        "launch": {"session": "other", "command": "fake-train --mode perf --gpus 7 --interval 0.1 --duration 1"},
+        "watch": {"stall_timeout": 60, "compile_after_warmup": False, "gpu_memory": False}}, sort_keys=False))
+    other = ct.gpuops("launch", "--json", playbook=second)
+    assert other.code == 0, other
+    other_run = other.events()[-1]["run"]
+    assert len(list((cache / "triton").rglob("kernel_*.cubin"))) == 53
+
+    def verdict() -> list[dict]:
+        return [e for e in events(first_dir) if e.get("rule") in ("compile-after-warmup", "cache-shared")]
+
+    wait_until(verdict, timeout=30, message="the first run's watchdog judging the new cache files")
+    (note,) = verdict()
+    assert note["event"] == "note" and note["rule"] == "cache-shared" and note["figures"]["runs"] == [other_run]
+    assert "not counted" in note["message"] and "watch.recompiles" in note["advice"]
+    assert not (first_dir / "abort.json").exists()  # the first run trains on
+    assert ct.gpuops("stop").code == 0

@@ -59,6 +59,10 @@ class CacheWatcher:
         """Take a kept snapshot back instead of making a new one."""
         self._seen = set(names)
 
+    def absorb(self) -> None:
+        """Take what is there now into the snapshot (files another run may have written are not this run's)."""
+        self._seen |= set(self._walk())
+
     def new_files(self) -> Tuple[int, List[str]]:
         """How many files appeared since the snapshot, and a few of them (paths relative to the cache)."""
         new = sorted(p for p in self._walk() if p not in self._seen)

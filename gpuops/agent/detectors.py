@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
+from .episodes import Episode, in_window, keep, moves
 from .smi import GpuSample
 from .throughput import median
 
@@ -37,8 +38,9 @@ MEMORY_SHIFT = "gpu-memory-shift"
 MEMORY_VOLATILE = "gpu-memory-volatile"
 COMPILE_AFTER_WARMUP = "compile-after-warmup"
 NO_BASELINE = "no-baseline"  # note: the level rules cannot judge this run
-NO_THROUGHPUT = "no-throughput"  # note: too few throughput figures in a window to judge
-RULES = (THROUGHPUT_DROP, MEMORY_SHIFT, MEMORY_VOLATILE, COMPILE_AFTER_WARMUP, NO_BASELINE, NO_THROUGHPUT)
+NO_THROUGHPUT = "no-throughput"  # note: no throughput figure to judge
+CACHE_SHARED = "cache-shared"  # note: another run writes to this run's inductor cache
+RULES = (THROUGHPUT_DROP, MEMORY_SHIFT, MEMORY_VOLATILE, COMPILE_AFTER_WARMUP, NO_BASELINE, NO_THROUGHPUT, CACHE_SHARED)
 ABORT, WARN, NOTE = "abort", "warn", "note"
 
 #: The playbook keys' defaults; a section that is absent or None is off.
@@ -101,63 +103,6 @@ class Finding:
         return asdict(self)
 
 
-class _Episode:
-    """Report once when a condition turns bad; re-arm after `window` seconds of it judged good."""
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-        self.active = False
-        self.good_since: Optional[float] = None
-
-    def starts(self, t: float, bad: Optional[bool]) -> bool:
-        """Feed one judgement (None: could not judge); True when a new episode begins."""
-        if bad is None:
-            self.good_since = None
-            return False
-        if bad:
-            self.good_since = None
-            began, self.active = not self.active, True
-            return began
-        if self.active:
-            if self.good_since is None:
-                self.good_since = t
-            elif t - self.good_since >= self.window:
-                self.active, self.good_since = False, None
-        return False
-
-
-def _keep(points: Deque[Tuple[float, float]], t: float, horizon: float) -> None:
-    """Forget what no window will look at again."""
-    while points and points[0][0] < t - horizon:
-        points.popleft()
-
-
-def _in_window(points: Deque[Tuple[float, float]], lo: float, hi: float) -> List[float]:
-    return [v for at, v in points if lo < at <= hi]
-
-
-def moves(points: List[Tuple[float, float]], threshold: float) -> List[float]:
-    """When the series moved by more than threshold from its last turn (a zigzag): repeated swings
-    make many moves, one excursion that comes back two, a jump to a new level one."""
-    found: List[float] = []
-    if not points:
-        return found
-    low = high = points[0][1]
-    trend = 0  # +1 rising, -1 falling, 0 not moved yet
-    for at, value in points[1:]:
-        if trend <= 0 and value - low > threshold:  # the first move, or a turn up from the last low
-            trend, high = 1, value
-            found.append(at)
-        elif trend >= 0 and high - value > threshold:  # the first move, or a turn down from the last high
-            trend, low = -1, value
-            found.append(at)
-        if trend >= 0:
-            high = max(high, value)
-        if trend <= 0:
-            low = min(low, value)
-    return found
-
-
 class Detectors:
     """The quiet-failure rules of one run (see the module docstring); `started` is when training started."""
 
@@ -171,11 +116,12 @@ class Detectors:
         self._last_figures: Deque[float] = deque(maxlen=MIN_FIGURES)  # after settle, however old
         self._steady = (0, None, None)  # type: Tuple[int, Optional[float], Optional[float]]
         self._memory: Dict[int, Deque[Tuple[float, float]]] = {}
-        self._episodes: Dict[Tuple[str, Optional[int]], _Episode] = {}
+        self._episodes: Dict[Tuple[str, Optional[int]], Episode] = {}
         self._noted: Set[str] = set()
         self._cache = (0, [])  # type: Tuple[int, List[str]]
         self._cache_acked = 0  # files already accounted for: those of settle, and those reported
         self._recompiles: List[Tuple[float, str]] = []
+        self._notes: List[Finding] = []  # said at the next judge()
         windows = [s["window"] for s in (self.config["throughput"], self.config["gpu_memory"]) if s is not None]
         rate = baseline.figure_rate if baseline is not None else None
         if rate and self.config["throughput"] is not None:
@@ -186,7 +132,7 @@ class Detectors:
     def throughput(self, t: float, value: float) -> None:
         """A throughput figure read from the log at t."""
         self._figures.append((t, float(value)))
-        _keep(self._figures, t, self._horizon)
+        keep(self._figures, t, self._horizon)
         cfg = self.config["throughput"]
         if cfg is not None and t >= self.started + cfg["settle"]:
             self._last_figures.append(float(value))
@@ -204,7 +150,7 @@ class Detectors:
             points = self._memory.setdefault(gpu, deque(maxlen=10_000))
             if memory is not None:
                 points.append((t, float(memory)))
-            _keep(points, t, self._horizon)
+            keep(points, t, self._horizon)
 
     def cache_files(self, t: float, new: int, examples: List[str]) -> None:
         """New inductor cache files since the snapshot at training start (CacheWatcher.new_files)."""
@@ -212,6 +158,24 @@ class Detectors:
         self._cache = (new, list(examples))
         if section is not None and t < self.started + section["settle"]:
             self._cache_acked = new  # the run's own start-up may still write to the cache
+
+    def unaccounted(self, new: int) -> bool:
+        """Whether a walk's count of new cache files holds files not yet accounted for."""
+        return new > self._cache_acked
+
+    def cache_shared(self, t: float, runs: List[str], cache_dir: str) -> None:
+        """The cache's new files may be other runs' (cacheshare.py): the snapshot took them in, counting starts over."""
+        self._cache, self._cache_acked = (0, []), 0
+        section = self.config["compile_after_warmup"]
+        if section is None or CACHE_SHARED in self._noted:
+            return
+        self._noted.add(CACHE_SHARED)
+        message = "run %s shares this run's inductor cache %s: files new in it while %s alive are not counted" % (
+            ", ".join(runs), cache_dir, "it is" if len(runs) == 1 else "they are")
+        advice = ("give each concurrent playbook its own TORCHINDUCTOR_CACHE_DIR (warmup and training of a run "
+                  "share it), or set watch.recompiles: true: this run's own Recompiling function lines still count")
+        self._notes.append(Finding(CACHE_SHARED, NOTE, message, advice, {"runs": runs, "cache_dir": cache_dir,
+                                                                          "gpu": None}))
 
     def recompile(self, t: float, line: str) -> None:
         """A log line; `Recompiling function` lines after settle mean a shape the warmup missed."""
@@ -223,15 +187,15 @@ class Detectors:
     # -- verdicts ------------------------------------------------------------------------------
     def judge(self, t: float) -> List[Finding]:
         """The findings that begin at t (each rule once per episode)."""
-        found: List[Finding] = []
+        found, self._notes = self._notes, []
         found += self._note_missing_baseline(t)
         found += self._judge_throughput(t)
         found += self._judge_memory(t)
         found += self._judge_compile(t)
         return found
 
-    def _episode(self, rule: str, gpu: Optional[int], window: float) -> _Episode:
-        return self._episodes.setdefault((rule, gpu), _Episode(window))
+    def _episode(self, rule: str, gpu: Optional[int], window: float) -> Episode:
+        return self._episodes.setdefault((rule, gpu), Episode(window))
 
     def _base(self) -> Dict[str, Any]:
         b = self.baseline
@@ -269,7 +233,7 @@ class Detectors:
         if cfg is None or t < self.started + cfg["settle"]:
             return []
         window = cfg["window"]
-        values = _in_window(self._figures, max(t - window, self.started + cfg["settle"]), t)
+        values = in_window(self._figures, max(t - window, self.started + cfg["settle"]), t)
         over = "the last %g s" % window
         if len(values) < MIN_FIGURES:  # a slowdown leaves fewer figures a window: judge the last ones
             values, over = list(self._last_figures), "its last %d figures" % len(self._last_figures)
@@ -312,7 +276,7 @@ class Detectors:
         span = self._rate_span(cfg, base)
         if t < self.started + cfg["settle"] + span:
             return None
-        return len(_in_window(self._figures, t - span, t)) / span, base, span
+        return len(in_window(self._figures, t - span, t)) / span, base, span
 
     def _note_no_figures(self, t: float, cfg: Dict[str, Any]) -> List[Finding]:
         """Once: not one figure a window past settle (a pattern that matches nothing); a few are waited for."""

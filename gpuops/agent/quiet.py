@@ -15,6 +15,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import protocol as p
+from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
@@ -174,6 +175,9 @@ class Quiet:
         self.cache = self._cache_watcher()
         self.cache_every = CACHE_EVERY * self.interval
         self.next_cache = time.time() + self.cache_every
+        self.last_walk = started
+        self.sharing = None if self.cache is None else CacheSharing(
+            os.path.dirname(d), os.path.basename(d), self.cache.path, os.environ)
         self.fired: List[str] = []
         self.last: Dict[str, Any] = {}  # the newest figures, for the heartbeat
 
@@ -189,10 +193,18 @@ class Quiet:
                 watcher.restore(fh.read().splitlines())  # the snapshot a restarted watchdog resumes
         except OSError:
             watcher.snapshot()
-            with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                fh.write("\n".join(watcher.seen()))
-            os.replace(path + ".tmp", path)
+            self._keep_snapshot(watcher)
         return watcher
+
+    def _keep_snapshot(self, watcher: Optional[CacheWatcher] = None) -> None:
+        """The cache snapshot to the run directory (atomically), so a restarted watchdog judges against it."""
+        watcher = watcher or self.cache
+        if watcher is None:
+            return
+        path = os.path.join(self.d, p.CACHE_SNAPSHOT)
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write("\n".join(watcher.seen()))
+        os.replace(path + ".tmp", path)
 
     def measure(self, rule: str, value: str, now: float) -> None:
         """A figure the matcher read off the log."""
@@ -224,7 +236,14 @@ class Quiet:
         if self.cache is not None and now >= self.next_cache:
             self.next_cache = now + self.cache_every
             new, examples = self.cache.new_files()
-            self.detectors.cache_files(now, new, examples)
+            others = self.sharing.others(self.last_walk) if self.sharing and self.detectors.unaccounted(new) else []
+            self.last_walk = now
+            if others:
+                self.cache.absorb()
+                self._keep_snapshot()
+                self.detectors.cache_shared(now, others, self.cache.path)
+            else:
+                self.detectors.cache_files(now, new, examples)
         findings = self.detectors.judge(now)
         self.fired += [f.rule for f in findings if f.action != "note"]
         return findings
