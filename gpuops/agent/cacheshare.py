@@ -19,11 +19,11 @@ import os
 from typing import Dict, Iterable, List, Mapping, Set
 
 from .cachewatch import inductor_cache_dir
-from .protocol import WATCH
+from .protocol import RUN_ID_ENV, WATCH
 
 __all__ = ["CacheSharing"]
 
-MARK = b"GPUOPS_RUN_ID="
+_RUN_ID = RUN_ID_ENV.encode() + b"="
 #: Bytes of a process's environment read (its GPUOPS_RUN_ID and the cache variables are within).
 ENVIRON_BYTES = 1 << 20
 
@@ -64,10 +64,10 @@ class CacheSharing:
                     data = fh.read(ENVIRON_BYTES)
             except OSError:  # gone, or another user's (its cache is its user's)
                 continue
-            if MARK not in data:
+            if _RUN_ID not in data:
                 continue
             env = _environ(data)
-            run = env.get("GPUOPS_RUN_ID", "")
+            run = env.get(RUN_ID_ENV, "")
             if run and run != self.me and run not in found and self._same(env):
                 found.add(run)
         return found

@@ -48,6 +48,7 @@ WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"
 WATCHDOG_LOCK = "watchdog.lock"  # flock'ed by the one watchdog of the run
 CACHE_SNAPSHOT = "cache-snapshot.txt"  # the inductor cache's files when training started
+RUN_ID_ENV = "GPUOPS_RUN_ID"  # in the environment of every process of a run (sh/common.sh load_env): how its processes are found
 STARTED = "started"  # written once training's tmux session exists: from then on a missing session means it ended
 PROFILE = "profile.json"  # the run's steady figures, written when it ends
 SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
