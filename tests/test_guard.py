@@ -152,7 +152,7 @@ def test_counts_are_written_into_the_run_directory_and_a_process_that_compiles_n
     run_dir.mkdir()
     run_case("functions", job_env(True, GPUOPS_RUN_DIR=str(run_dir), GPUOPS_PHASE="warmup-5"))
     run_case("nocompile", job_env(True, GPUOPS_RUN_DIR=str(run_dir)))
-    files = sorted((run_dir / "compile-guard").iterdir())
+    files = sorted((run_dir / "compile-guard-counts").iterdir())
     assert len(files) == 1 and files[0].suffix == ".json"
     record = json.loads(files[0].read_text())
     assert (record["compiled"], record["serialized"], record["phase"]) == (3, 3, "warmup-5")

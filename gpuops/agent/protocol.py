@@ -53,7 +53,7 @@ STARTED = "started"  # written once training's tmux session exists: from then on
 PROFILE = "profile.json"  # the run's steady figures, written when it ends
 SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
 SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
-COMPILE_GUARD = "compile-guard"  # the compile guard's counts: <pid>.json per Python process that compiled
+COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
 
 #: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
 HEARTBEAT_STALE = 10.0

@@ -1,7 +1,7 @@
 """The compile guard's counts, written where `gpuops status` reads them.
 
-One small JSON file per Python process that compiled something, ``<run dir>/compile-guard/<pid>.json``
-(protocol.COMPILE_GUARD), rewritten atomically every few seconds while the counts change and once
+One small JSON file per Python process that compiled something, ``<run dir>/compile-guard-counts/<pid>.json``
+(protocol.COMPILE_GUARD_COUNTS), rewritten atomically every few seconds while the counts change and once
 at exit. A process that never calls ``torch.compile`` writes nothing; outside a gpuops run
 (no GPUOPS_RUN_DIR) nothing is written at all.
 """
@@ -55,7 +55,7 @@ def path() -> str:
     from .. import protocol
 
     run_dir = os.environ.get("GPUOPS_RUN_DIR") or ""
-    return os.path.join(run_dir, protocol.COMPILE_GUARD, "%d.json" % os.getpid()) if run_dir else ""
+    return os.path.join(run_dir, protocol.COMPILE_GUARD_COUNTS, "%d.json" % os.getpid()) if run_dir else ""
 
 
 def write() -> bool:
