@@ -118,6 +118,7 @@ SHELL_PROGRAM = re.compile(
     r"(?:^|[;&|{(]\s*|\n\s*)(?:if|while|until|for)\s.*?(?:;|\n)\s*(?:then|do)\b"  # if ...; then / for ...; do
     r"|(?:^|[;&|]\s*|\n\s*)case\s.*?\sin\b"
     r"|\$\?"  # an exit status read back: a second statement that depends on the first
+    r"|\|\|\s*exit\b"  # cmd || exit N: error handling of a script
     r"|<<-?\s*['\"]?[A-Za-z_]+"  # a heredoc
     r"|\bpython[0-9.]*\s+(?:-[A-Za-z]+\s+)*-[A-Za-z]*c\b",  # python3 -c '...'
     re.S,
@@ -132,6 +133,9 @@ def inline_programs(path: Path, root: Path = REPO) -> list[str]:
     rel = str(path.relative_to(root))
     found = [f"{rel}: argv runs python -c" for _ in PYTHON_C_ARGV.finditer(path.read_text())]
     tree = ast.parse(path.read_text(), rel)
+    docstrings = {id(d.body[0].value) for d in ast.walk(tree)
+                  if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+                  and d.body and isinstance(d.body[0], ast.Expr)}
     owner: dict[int, str] = {}
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -140,7 +144,7 @@ def inline_programs(path: Path, root: Path = REPO) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and not _is_docstring(tree, node):
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             text = node.value
         else:
             continue
@@ -148,11 +152,6 @@ def inline_programs(path: Path, root: Path = REPO) -> list[str]:
         if SHELL_PROGRAM.search(text) and (rel, where) not in ALLOWED:
             found.append(f"{rel}:{node.lineno} {where}: {text[:80]!r}")
     return found
-
-
-def _is_docstring(tree: ast.Module, node: ast.Constant) -> bool:
-    return any(isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and d.body
-               and isinstance(d.body[0], ast.Expr) and d.body[0].value is node for d in ast.walk(tree))
 
 
 def test_no_program_is_written_inside_a_string() -> None:
@@ -166,7 +165,7 @@ def test_no_program_is_written_inside_a_string() -> None:
 @pytest.mark.parametrize("expr", [
     "'if [ $rc -ne 0 ]; then echo x; fi'", "'rc=$?'", "\"python3 -c 'print(1)'\"", "\"python3 -E -s -c 'x'\"",
     "'cat <<EOF\\nx\\nEOF'", "'for f in *; do rm $f; done'", "'while true; do :; done'", "'case $x in a) ;; esac'",
-    "f'if [ -d {d} ]; then exit 0; fi'", "['python3', '-c', 'import os']", "(sys.executable, '-c', 'x')",
+    "f'if [ -d {d} ]; then exit 0; fi'", "'mkdir -p x || exit 70'", "['python3', '-c', 'import os']", "(sys.executable, '-c', 'x')",
 ])
 def test_the_inline_program_check_sees_each_kind(tmp_path: Path, expr: str) -> None:
     """The check above is only as good as its pattern: each kind of program, written in a client module, is
@@ -179,11 +178,6 @@ def test_the_inline_program_check_sees_each_kind(tmp_path: Path, expr: str) -> N
     assert inline_programs(module, tmp_path) == []
 
 
-#: Shell control flow in a Python string: a program written inside a string (the bootstrap in
-#: client/ship.py, which finds or installs the shipped files, is the one allowed).
-_SHELL_PROGRAM = re.compile(r"\bif\s+!?\s*[\[{]|\$\?|;\s*do\s|\besac\b|\|\|\s*exit\b|\bwhile\s+\[")
-
-
 def _strings(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of each string literal of a module, f-strings with their literal parts joined."""
     for node in ast.walk(ast.parse(path.read_text())):
@@ -191,16 +185,6 @@ def _strings(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, "".join(v.value for v in node.values if isinstance(v, ast.Constant))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             yield node.lineno, node.value
-
-
-def test_no_shell_program_is_written_inside_a_string_on_the_client_side() -> None:
-    """A host-side script is a shipped file (sh/pct_exec.sh), shellcheck-clean, not a string in client code."""
-    found = [f"{path.relative_to(REPO)}:{line}: {text[:60]!r}"
-             for path in sorted((REPO / "gpuops").rglob("*.py"))
-             if "agent" not in path.parts and path.name != "ship.py"
-             for line, text in _strings(path) if _SHELL_PROGRAM.search(text)]
-    assert found == []
-    assert _SHELL_PROGRAM.search('rc=$?') and _SHELL_PROGRAM.search('if [ $rc -ne 0 ]; then echo; fi')
 
 
 #: The wire's own modules: the only ones that may read marker lines.
