@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench import FakeProxmox, SshServer, procs, wait_until, write_inventory
+from bench import procs, wait_until
 from bench.cli import Cli, CtCli
 
 SESSION = "conc"
@@ -76,12 +76,6 @@ class Ct(CtCli):
         stopped = self.gpuops("stop", playbook=quick)
         assert stopped.code == 0, stopped
         return result
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    inventory = write_inventory(tmp_path / "inventory.yaml", sshd)
-    return Ct(fake_proxmox, inventory, tmp_path / "playbook.yaml", session=SESSION)
 
 
 # -- many launches at once -------------------------------------------------------------------------

@@ -247,9 +247,8 @@ def _ct(server: SshServer, tmp: Path) -> Iterator[Ct]:
         ct.close()  # before sshd and the namespace go: no gpuops process may still dial them
 
 
-@pytest.fixture
-def ct(sshd: SshServer, tmp_path: Path) -> Iterator[Ct]:
-    """CT 200 on the bench sshd at 127.0.0.1."""
+def make_ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterator[Ct]:
+    """CT 200 on the bench sshd at 127.0.0.1 (how tests/conftest.py's `ct` fixture builds this module's Ct)."""
     yield from _ct(sshd, tmp_path)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench import FakeProxmox, SshServer, write_inventory
+from bench import SshServer
 from bench.cli import Cli, CtCli, gpuops
 
 SESSION = "junit-train"
@@ -29,11 +29,6 @@ VERDICTS = ("failure", "error", "skipped")
 
 def train(mode: str, *extra: str) -> str:
     return " ".join(["fake-train", "--mode", mode, "--gpus", "5,6", "--interval", "0.05", *extra])
-
-
-@pytest.fixture
-def ct(tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> CtCli:
-    return CtCli(fake_proxmox, write_inventory(tmp_path / "inv.yaml", sshd), tmp_path / "pb.yaml", session=SESSION)
 
 
 def playbook(ct: CtCli, command: str, *, warmup: str | None = WARMUP, stall: float = 0, **extra: Any) -> None:

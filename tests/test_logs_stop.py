@@ -10,21 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from bench import BIN_DIR, FakeProxmox, SshServer, procs, wait_until
+from bench import BIN_DIR, procs, wait_until
 from bench.watchdog import remove_watchdog
 from gpuops.config import load_inventory
 from gpuops.client.stream import Data, Ended, LogFollower
 from gpuops.client.ship import install
 from gpuops.transport import Pool
-from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, make_ct, trainer
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
+from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, trainer
 
 
 def numbers(lines: list[str]) -> list[int]:

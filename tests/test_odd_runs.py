@@ -13,9 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from bench import FakeProxmox, SshServer, wait_until, write_inventory
+from bench import wait_until
 from bench.cli import CtCli
 
 SESSION = "odd"
@@ -43,12 +41,6 @@ class Ct(CtCli):
         assert not self.session_alive(), "the tmux session is still alive"
         assert self.run_processes() == [], "processes of the run are left"
         assert self.gpu_memory(GPUS) == [0] * len(GPUS), "the run's GPU memory is still held"
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    inventory = write_inventory(tmp_path / "inventory.yaml", sshd)
-    return Ct(fake_proxmox, inventory, tmp_path / "playbook.yaml", session=SESSION)
 
 
 def trainer(mode: str, *extra: str) -> str:

@@ -16,16 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from bench import FakeProxmox, SshServer, wait_until
+from bench import wait_until
 from bench.watchdog import events
-from test_watch import GPUS, SESSION, Ct, make_ct
+from test_watch import GPUS, SESSION, Ct
 
 FAST = {"settle": 2, "window": 3}
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
 
 
 class Knobs(str):

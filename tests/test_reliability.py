@@ -11,20 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import FakeProxmox, SshServer, wait_until
+from bench import wait_until
 from bench.watchdog import remove_watchdog
 import yaml
 
 from test_launch import Lab, base_playbook, gpuops, lab, merged  # noqa: F401 (lab: the fixture)
-from test_watch import SESSION, Ct, make_ct, trainer
+from test_watch import SESSION, Ct, trainer
 
 CATASTROPHIC = r"(a+)+$"
 FX_SAMPLE = Path(__file__).parent / "data" / "logs" / "fx_race_thread.txt"
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
 
 
 def printer(ct: Ct, name: str, text: str, *, then: str = "") -> str:

@@ -18,9 +18,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from bench import FakeProxmox, SshServer, write_inventory
 from bench.cli import Cli, CtCli
 
 SESSION = "sec"
@@ -73,12 +70,6 @@ class Ct(CtCli):
     def records(self) -> dict[str, str]:
         """gpuops' own records in the run directory."""
         return {name: (self.run_dir() / name).read_text() for name in ("meta.json", "abort.json") if (self.run_dir() / name).exists()}
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    inventory = write_inventory(tmp_path / "inventory.yaml", sshd)
-    return Ct(fake_proxmox, inventory, tmp_path / "playbook.yaml", session=SESSION)
 
 
 # A warmup that prints every variable it got, each value framed, then the literal first secret.

@@ -141,11 +141,6 @@ def make_ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
     return Ct(sshd, fake_proxmox, inventory, files)
 
 
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
-
-
 def excerpt_lines(text: str) -> list[str]:
     """The excerpt as the text renderer shows it on stderr (`    | ` lines)."""
     return [line[6:] for line in text.splitlines() if line.startswith("    | ")]

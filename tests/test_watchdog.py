@@ -18,14 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import FakeProxmox, SshServer, procs, wait_until
+from bench import procs, wait_until
 from bench.watchdog import events, heartbeat, kill_watchdog, pids, wait_watching
-from test_watch import FX_LINE, SESSION, Ct, make_ct, trainer
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
+from test_watch import FX_LINE, SESSION, Ct, trainer
 
 
 def run_stopped(ct: Ct) -> bool:
