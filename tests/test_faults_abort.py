@@ -15,16 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import FakeProxmox, SshServer, wait_until
+from bench import wait_until
 from bench.watchdog import events, heartbeat, pids, remove_watchdog, wait_watching
-from test_watch import Ct, make_ct
+from test_watch import Ct
 
 RULES = [{"name": "boom", "pattern": "boom-now", "action": "abort"}]
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
 
 
 def catching_job(ct: Ct) -> tuple[str, Path, Path]:

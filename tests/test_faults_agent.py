@@ -16,16 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import FakeProxmox, SshServer, procs, wait_until
+from bench import procs, wait_until
 from bench.faults import calls, can_mount, container_path, full_disk, tmpfs, tmux_wrapper
 from bench.watchdog import events, heartbeat, wait_watching
-from test_watch import Ct, make_ct, trainer
+from test_watch import Ct, trainer
 from test_watchdog import go_file, run_stopped
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
 
 
 def stopped_by_the_watchdog(ct: Ct) -> None:

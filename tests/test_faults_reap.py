@@ -6,21 +6,15 @@ the abort says which pids hold it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from bench import FakeProxmox, SshServer, procs, wait_until
+from bench import procs, wait_until
 from bench.watchdog import wait_watching
-from test_watch import Ct, make_ct
+from test_watch import Ct
 from test_watchdog import go_file
 
 ESCAPE = 'env -i PATH="$PATH" GPUOPS_FAKE_GPUS="$GPUOPS_FAKE_GPUS" fake-train --mode hold --gpus 6 --mib 20000'
-
-
-@pytest.fixture
-def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
-    return make_ct(sshd, fake_proxmox, tmp_path)
 
 
 def holders(ct: Ct) -> list[int]:
