@@ -5,7 +5,7 @@ A value is secret when the playbook says so (`secrets: [NAME]`, `{value: ..., se
 real sshd + pct into CT 200: `--dry-run` (text and JSON), warmup progress, `--json` events,
 meta.json and abort.json in the run directory, and error messages (a failing warmup's tail).
 
-Decided and documented (README, Secrets): what the job itself prints is the user's output and is
+Decided and documented (docs/security.md, Secrets): what the job itself prints is the user's output and is
 shown as it is: the training log (stdout of `launch`, `log` events, `gpuops logs`) and the files
 the job writes on the target (log, warmup-<gpu>.log, run.sh, which must hold the values). gpuops'
 own words about that output (a matched line, the abort excerpt, the summary, abort.json) mask it.
