@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import protocol as p
-from . import tmux
+from . import restarts, tmux
 from .procs import parents, run_of, running, started_at
 from .records import read_json, write_json_atomic
 from .smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
@@ -30,6 +30,8 @@ DRAIN_TIMEOUT = 30.0
 POLL = 0.02
 #: An unreadable abort.json older than this, with nobody running the sequence, has a dead claimer.
 CLAIM_SETTLE = 5.0
+#: A stop that lost to an attempt's abort waits this long at most for the watchdog's restart decision.
+RESTART_SETTLE = 15.0
 
 
 def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
@@ -287,10 +289,12 @@ def wait_done(d: str, timeout: float) -> Optional[Dict[str, Any]]:
     return None
 
 
-def wait_or_finish(d: str, cfg: Dict[str, Any], timeout: float) -> Optional[Dict[str, Any]]:
-    """The winner's abort-done.json; if the winner died before it (in the grace), finish its sequence."""
+def wait_or_finish(d: str, cfg: Dict[str, Any], timeout: float,
+                   moved_on: Callable[[], bool] = lambda: False) -> Optional[Dict[str, Any]]:
+    """The winner's abort-done.json; if the winner died before it (in the grace), finish its sequence.
+    None at once when `moved_on` (a restart moved the attempt's records away)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not moved_on():
         done = wait_done(d, 0.25)
         if done is not None:
             return done
@@ -319,14 +323,28 @@ def tool_abort(argv: List[str]) -> int:
     cfg = run_config(d, read_json(os.path.join(d, p.WATCH)))
     cfg.setdefault("abort", {"signal": record.get("signal") or "INT", "grace": record.get("grace", 30.0)})
     record.update({"by": by, "pid": os.getpid()})
-    won, current = claim(d, record)
-    if won:
-        # A launch still warming up has no session yet: the sequence then reaps its warmup.
-        _say(p.mark("claimed", json.dumps(current, sort_keys=True)))
-        done: Optional[Dict[str, Any]] = stop_run(d, cfg)
-    else:
-        _say(p.mark("already", json.dumps(current, sort_keys=True)))
-        grace = float((cfg.get("abort") or {}).get("grace", 30.0))
-        done = wait_or_finish(d, cfg, grace + 90.0)
+    grace = float((cfg.get("abort") or {}).get("grace", 30.0))
+    done: Optional[Dict[str, Any]] = None
+    for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
+        attempt = restarts.current(d)["attempt"]
+        won, current = claim(d, record)
+        if won:
+            # A launch still warming up has no session yet: the sequence then reaps its warmup.
+            _say(p.mark("claimed", json.dumps(current, sort_keys=True)))
+            done = stop_run(d, cfg)
+            break
+        done = wait_or_finish(d, cfg, grace + 90.0, lambda: restarts.moved_on(d, attempt))
+        if not _restarted_meanwhile(d, cfg, attempt):
+            _say(p.mark("already", json.dumps(current, sort_keys=True)))
+            break
     _say(p.mark("aborted", json.dumps(done or {}, sort_keys=True)))
     return 0
+
+
+def _restarted_meanwhile(d: str, cfg: Dict[str, Any], attempt: int) -> bool:
+    """The abort this stop lost to was an attempt's that the watchdog restarts (or is about to): the stop
+    must claim the next attempt's abort, or the run would go on."""
+    settle = time.monotonic() + RESTART_SETTLE
+    while time.monotonic() < settle and not restarts.moved_on(d, attempt) and restarts.due(d, cfg) is not None:
+        time.sleep(POLL)
+    return restarts.moved_on(d, attempt)

@@ -72,6 +72,7 @@ class Follower:
         self.gone_since: Optional[float] = None
         self.finisher: Optional[threading.Thread] = None
         self.last_orphan_check = 0.0
+        self.attempt = self.attempt_now()[0]
 
     def w(self, data: bytes) -> None:
         self.out.write(data)
@@ -158,6 +159,24 @@ class Follower:
             pids.append(int(text.strip()))
         return any(isinstance(pid, int) and pid > 0 and running(pid) for pid in pids)
 
+    def attempt_now(self) -> tuple:
+        """(number, state) of the run's current attempt (attempt.json; absent: 1, running)."""
+        text = _read(os.path.join(self.d, p.ATTEMPT))
+        try:
+            record = json.loads(text.decode()) if text else {}
+        except ValueError:
+            record = {}
+        n = record.get("attempt") if isinstance(record, dict) else None
+        return (n, str(record.get("state"))) if isinstance(n, int) else (1, p.ATTEMPT_RUNNING)
+
+    def next_attempt(self) -> bool:
+        """The watchdog restarts training: the end seen was an attempt's, not the run's (follow the next)."""
+        n, state = self.attempt_now()
+        if n != self.attempt:
+            self.attempt, self.gone_since = n, None
+            return True
+        return state in p.ATTEMPT_PENDING
+
     def ended(self, now: float) -> Optional[bytes]:
         """The end frame, once the run ended: abort (the abort sequence finished), exit, or gone."""
         if os.path.exists(os.path.join(self.d, p.ABORT_DONE)):
@@ -213,6 +232,8 @@ class Follower:
                 if end is None:
                     end = self.ended(now)
                     end_seen = now
+                if end is not None and self.next_attempt():
+                    end = None  # the log moved to attempts/<n>/ (an R frame); the next attempt's comes from 0
                 if end is not None:
                     age, _, state = self.watchdog(now)
                     live = 0 <= age < p.HEARTBEAT_STALE and state != "done"

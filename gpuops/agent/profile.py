@@ -8,7 +8,8 @@
      "rule": null, "by": null, "settle": 60.0, "findings": [],
      "throughput": {"median": 505695.0, "n": 1770, "figures_per_s": 0.5},
      "gpus": {"5": {"median": 1443, "min": 1443, "max": 1443, "swing": 0, "util_median": 17}},
-     "samples": 1800, "digest": "9f3c2a1b0d4e5f60"}
+     "samples": 1800, "digest": "9f3c2a1b0d4e5f60",
+     "attempts": 1}
 
 Figures are over the samples from ``settle`` seconds after the start (start-up is not steady);
 coarse buckets count for the samples they stand for. ``findings`` are the detector rules that
@@ -20,6 +21,11 @@ profile says it succeeded with no findings (a slow run that only warned must not
 measure of the next), with the same digest (a changed batch size is a new measure, not a
 regression), and that measured something steady (a run too short to have steady figures cannot
 be one); or numbers the playbook gives.
+
+A run the watchdog restarted (playbook ``restart:``) has one profile, its last attempt's (outcome,
+exit code, findings, steady figures from that attempt's start): it is a baseline only if that
+attempt succeeded. Each earlier attempt's profile stays in ``attempts/<n>/profile.json``, which no
+baseline search reads: an aborted attempt never is one.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .detectors import Baseline
-from .protocol import EVENTS
+from .protocol import ATTEMPT, EVENTS
 from .records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
 
@@ -95,7 +101,8 @@ def run_digest(meta: Dict[str, Any]) -> str:
 
 
 def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
-    """The detector rules its watchdog reported as matches (events.jsonl; a detector's match carries figures)."""
+    """The detector rules its watchdog reported as matches in the current attempt (events.jsonl; a detector's
+    match carries figures)."""
     found = set()
     try:
         with open(os.path.join(run_dir, EVENTS), "rb") as fh:
@@ -103,12 +110,14 @@ def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
                 limit -= len(raw)
                 if limit < 0:
                     break
-                if b'"figures"' not in raw:
+                if b'"figures"' not in raw and b'"restart"' not in raw:
                     continue
                 try:
                     ev = json.loads(raw)
                 except ValueError:
                     continue
+                if isinstance(ev, dict) and ev.get("event") == "restart":
+                    found = set()  # what came before was an earlier attempt's (its profile has them)
                 if isinstance(ev, dict) and ev.get("event") == "match" and isinstance(ev.get("figures"), dict):
                     found.add(str(ev.get("rule")))
     except OSError:
@@ -130,7 +139,10 @@ def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str]
         ends = [_mtime(os.path.join(run_dir, EXIT_CODE)), _mtime(os.path.join(run_dir, ABORT)),
                 samples[-1].t + samples[-1].span if samples else None]
         ended = max((e for e in ends if e is not None), default=None)
-    steady = [s for s in samples if first is None or s.t >= first + settle]
+    attempt = read_json(os.path.join(run_dir, ATTEMPT)) or {}
+    # A restarted run's figures are its last attempt's (the earlier ones' samples moved to attempts/<n>/).
+    since = attempt.get("started") if isinstance(attempt.get("started"), (int, float)) else first
+    steady = [s for s in samples if since is None or s.t >= since + settle]
     tp = [(s.throughput, s.n) for s in steady if s.throughput is not None]
     name, code = outcome(exit_text, abort, session_alive)
     return {
@@ -153,6 +165,7 @@ def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str]
         "gpus": _gpu_figures(steady),
         "samples": sum(s.n for s in samples),
         "digest": run_digest(meta),
+        "attempts": attempt.get("attempt") if isinstance(attempt.get("attempt"), int) else 1,
     }
 
 

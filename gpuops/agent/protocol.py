@@ -55,6 +55,32 @@ SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object 
 SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
 COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
 
+# -- attempts: a run the watchdog restarts (playbook `restart:`) -------------------------------
+# The top-level records are always the current attempt's; when the watchdog restarts training it
+# first moves the ended attempt's records into attempts/<n>/ (n from 1), so every reader of the
+# current attempt (follower, probe, abort, status) needs no change, and each attempt's log is kept.
+ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard, until, started}; absent: attempt 1
+ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
+#: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
+ATTEMPT_RECORDS = (LOG, EXIT_CODE, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
+                   CACHE_SNAPSHOT)
+#: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
+#: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
+ATTEMPT_WAITING, ATTEMPT_STARTING, ATTEMPT_RUNNING, ATTEMPT_STOPPED = "waiting", "starting", "running", "stopped"
+ATTEMPT_PENDING = (ATTEMPT_WAITING, ATTEMPT_STARTING)
+#: The watchdog's heartbeat state between two attempts.
+WATCHDOG_RESTARTING = "restarting"
+#: restart.on names that are no rule: the stall timeout, and training exiting non-zero without a rule.
+RESTART_STALL, RESTART_FAILED = "stall", "failed"
+#: The compile guard (agent/guard/): the job sees this set to 1 when the guard is on.
+GPUOPS_COMPILE_GUARD = "GPUOPS_COMPILE_GUARD"
+COMPILE_GUARD = "compile-guard"  # present: run.sh and warmup.sh put the guard on (sh/common.sh guard_env)
+
+
+def attempt_dir(d: str, n: int) -> str:
+    """Where attempt n's records are kept once it ended and a restart followed."""
+    return os.path.join(d, ATTEMPTS, "%d" % int(n))
+
 #: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
 HEARTBEAT_STALE = 10.0
 #: Seconds between watchdog heartbeats.
@@ -102,6 +128,7 @@ class RunState(str, Enum):
     WARMING = "warming"  # preflight or warmup, its launcher alive
     RUNNING = "running"  # training's tmux session lives
     ABORTING = "aborting"  # an abort was claimed; the sequence has not finished
+    RESTARTING = "restarting"  # an attempt ended; the watchdog starts the next (playbook `restart:`)
     EXITED = "exited"  # status: the command ended on its own (succeeded or failed says its code)
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -132,4 +159,4 @@ class RunState(str, Enum):
         return self not in _LIVE
 
 
-_LIVE = frozenset({RunState.WARMING, RunState.RUNNING, RunState.ABORTING})
+_LIVE = frozenset({RunState.WARMING, RunState.RUNNING, RunState.ABORTING, RunState.RESTARTING})

@@ -65,6 +65,16 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
         pass
 
 
+def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
+    """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
+    (also how the watchdog starts a restarted attempt)."""
+    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(HERE, "sh", "run.sh"), run_id])
+    if started.returncode == 0:
+        with open(os.path.join(d, p.STARTED), "w") as fh:
+            fh.write("%.3f\n" % time.time())
+    return started
+
+
 def main(argv: List[str]) -> int:
     (run_id,) = argv
     d = p.run_dir(run_id)
@@ -83,13 +93,11 @@ def main(argv: List[str]) -> int:
         stop_watchdog(sup)
         print(p.mark("watchdog-failed", why))
         return 73
-    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(HERE, "sh", "run.sh"), run_id])
+    started = start_training(run_id, d, session)
     if started.returncode != 0:
         stop_watchdog(sup)
         sys.stderr.write(started.stderr.decode("utf-8", "replace"))
         return 71
-    with open(os.path.join(d, p.STARTED), "w") as fh:
-        fh.write("%.3f\n" % time.time())
     if os.path.exists(os.path.join(d, p.ABORT)):  # `gpuops stop` got in between: training must not go on
         tmux.kill(session)
         print(p.mark("stopped"))

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
-from . import tmux
+from . import restarts, tmux
 from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
 from .masking import Masker
 from .quiet import Quiet
@@ -91,6 +91,8 @@ class EventLog:
                         ev = json.loads(raw)
                     except ValueError:
                         continue
+                    if isinstance(ev, dict) and ev.get("event") == "restart":  # what came before was another attempt
+                        self.reported, self.findings, self.counts = set(), set(), {}
                     if isinstance(ev, dict) and ev.get("event") in ("match", "note") and ev.get("figures") is not None:
                         self.findings.add((ev.get("rule"), (ev.get("figures") or {}).get("gpu")))
                     if isinstance(ev, dict) and ev.get("event") == "match":
@@ -133,7 +135,10 @@ class Watchdog:
         self.masker = Masker(cfg.get("secrets") or [])
         self.events = EventLog(d)
         self.state_path = os.path.join(d, p.WATCHDOG)
+        self.attempt = restarts.current(d)
         state = read_json(self.state_path) or {}
+        if state.get("attempt", 1) != self.attempt["attempt"] or state.get("state") == p.WATCHDOG_RESTARTING:
+            state = {}  # the heartbeat of the attempt before: this one starts from byte 0
         self.started = float(state.get("started") or time.time())
         self.offset = int(state.get("safe_offset") or 0)
         self.line = int(state.get("safe_line") or 1)
@@ -159,6 +164,7 @@ class Watchdog:
         self.next_quiet = 0.0
         self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
         self.pulse = Pulse()
+        self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> bool:
@@ -372,10 +378,15 @@ class Watchdog:
             self.on_hit(hit)
         if self.aborter is not None:
             self.aborter.join()
+        after = restarts.due(self.d, self.cfg)
         try:
             self.quiet.finish()
         except Exception as exc:  # the run is over either way; its profile is a convenience
             self.events.write("profile_failed", message="%s: %s" % (type(exc).__name__, exc))
+        if after is not None:  # the attempt's records (its profile too) are kept; the next attempt waits
+            self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
+            restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
+            return
         self.status = "done"
         self.events.write("done")
         self.beat(force=True)
@@ -400,7 +411,10 @@ class Watchdog:
             "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
             "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
-            "restarts": self.restarts, "disabled_rules": sorted(self.matcher.guard.disabled),
+            "restarts": self.restarts, "attempt": self.attempt["attempt"],
+            "max_attempts": restarts.max_attempts(self.cfg),
+            "restart_due": self.status == "aborting" and restarts.due(self.d, self.cfg) is not None,
+            "disabled_rules": sorted(self.matcher.guard.disabled),
             **self.quiet.heartbeat(),
         })
         if failed is not None:
@@ -440,7 +454,16 @@ def main(argv: list) -> int:
         return 3
     # Killed is not done: the supervisor starts the watchdog again unless watchdog.json says done.
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
-    return Watchdog(d, cfg).run()
+    while True:
+        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec),
+                                   lambda event, **data: append_event(d, event, **data))
+        wd = Watchdog(d, cfg)
+        if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
+            wd.finish()
+            return 0
+        code = wd.run()
+        if not wd.next_attempt:
+            return code
 
 
 tool_watchdog = main

@@ -111,6 +111,16 @@ _WATCHDOG_WORDS = {
     "session_gone": lambda ev: str(ev.get("message")),
     "stopped_elsewhere": lambda ev: f"the run is being stopped by {_who(ev.get('stopped_by'))} ({ev.get('reason')})",
     "note": lambda ev: f"note: {ev.get('message')}",
+    "restart": lambda ev: (
+        f"RESTART: attempt {ev.get('attempt')} of {ev.get('max_attempts')} after '{ev.get('after')}'"
+        + (" with the compile guard" if ev.get("compile_guard") else "") + f", in {ev.get('delay'):g}s"
+        + (" after the warmup" if ev.get("warmup") else "") + " (the watchdog restarts training)"),
+    "attempt_started": lambda ev: (
+        f"attempt {ev.get('attempt')} of {ev.get('max_attempts')} started"
+        + (" with the compile guard" if ev.get("compile_guard") else "")),
+    "restart_cancelled": lambda ev: (
+        f"attempt {ev.get('attempt')} will not start: the run was stopped by {_who(ev.get('stopped_by'))}"),
+    "restart_failed": lambda ev: f"attempt {ev.get('attempt')} failed to start: {ev.get('message')}",
     "telemetry_problem": lambda ev: str(ev.get("message")),
     "rule_disabled": lambda ev: (
         f"rule '{ev.get('rule')}' took {ev.get('seconds')}s on one line (its pattern backtracks catastrophically): "

@@ -22,7 +22,7 @@ def throughput_words(run: Any) -> str:
 
 def watchdog_words(run: Any) -> str:
     """The run's watchdog in a few words: alive and how fresh, done, or gone while the run goes on."""
-    live = run.state in ("running", "aborting")
+    live = run.state in ("running", "aborting", "restarting")
     age = run.watchdog_age
     if run.watchdog is None:
         return "; no watchdog (only a following client guards it)" if live else ""
@@ -47,6 +47,9 @@ def session_words(s: Any) -> str:
         return text
     ago = s.run.seconds_since_log
     text += f"; run {s.run.run_id} {s.run.state}"
+    maximum = (s.run.watchdog or {}).get("max_attempts") or 1
+    if maximum > 1 or s.run.attempts > 1:
+        text += f" (attempt {s.run.attempts} of {maximum})"
     if s.run.exit_code is not None:
         text += f" (exit {s.run.exit_code})"
     if ago is not None:

@@ -166,7 +166,7 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
         job.run(Cmd("tmux", "kill-session", "-t", f"={job.session}"))
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
-    state_alive = info is not None and (info.session_alive or info.state is p.RunState.WARMING)
+    state_alive = info is not None and info.alive  # warming and restarting count: a stop ends them for good
     if info is None or not state_alive:
         if info is not None:
             reap(job, info.run_id, persistent=False)

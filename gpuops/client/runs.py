@@ -39,7 +39,10 @@ class RunInfo:
 
     @property
     def state(self) -> RunState:
-        """warming | running | exited | aborting | aborted | stalled | failed-before-start | lost."""
+        """warming | running | restarting | exited | aborting | aborted | stalled | failed-before-start | lost."""
+        wd = self.watchdog or {}
+        if not self.session_alive and self.watchdog_alive and (wd.get("state") == "restarting" or wd.get("restart_due")):
+            return RunState.RESTARTING  # an attempt ended; the watchdog starts the next one (a stop ends it for good)
         if self.abort is not None:
             if self.abort_done is None and self.session_alive:
                 return RunState.ABORTING
@@ -70,7 +73,13 @@ class RunInfo:
 
     @property
     def alive(self) -> bool:
-        return self.session_alive or self.state is RunState.WARMING
+        return self.session_alive or self.state in (RunState.WARMING, RunState.RESTARTING)
+
+    @property
+    def attempts(self) -> int:
+        """The run's current attempt number (1 unless the watchdog restarted training)."""
+        n = (self.watchdog or {}).get("attempt")
+        return n if isinstance(n, int) and n >= 1 else 1
 
     @property
     def seconds_since_log(self) -> float | None:
@@ -92,6 +101,8 @@ class RunInfo:
             "id": self.run_id,
             "session": self.session,
             "state": self.state,
+            "attempts": self.attempts,
+            "max_attempts": (self.watchdog or {}).get("max_attempts") or 1,
             "exit_code": self.exit_code,
             "started_at": self.meta.get("started_at"),
             "playbook": self.meta.get("playbook"),

@@ -117,6 +117,22 @@ def watch_config(job: Job, run_id: str) -> dict[str, Any]:
         "recompiles": getattr(w, "recompiles", False),
         "env": env,
         "secrets": list(pb.secrets),
+        "restart": restart_config(job),
+    }
+
+
+def restart_config(job: Job) -> dict[str, Any] | None:
+    """watch.json's `restart`: what the watchdog needs to start training again (None: no restarts)."""
+    pb = job.playbook
+    r = pb.restart
+    if r is None or r.max == 0:
+        return None
+    guard = r.compile_guard if r.compile_guard is not None else bool(getattr(pb.launch, "compile_guard", False))
+    warm = pb.warmup if r.warmup else None
+    return {
+        "max": r.max, "on": list(r.on), "compile_guard": guard, "delay": r.delay, "warmup": warm is not None,
+        "warmup_spec": None if warm is None else {
+            "gpus": list(warm.gpus), "command": warm.command, "timeout": warm.timeout, "drain_timeout": warm.drain_timeout},
     }
 
 

@@ -18,11 +18,12 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.protocol import HEARTBEAT_STALE
+from gpuops.agent.protocol import HEARTBEAT_STALE, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
-_SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset")
+_SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
+          "restart")
 
 
 def build_matcher(job: Job, start_offset: int = 0) -> Any:
@@ -56,10 +57,24 @@ class Viewer:
         self.session_gone = False  # the watchdog saw the session vanish under a running command
         self.missing = 0
         self.stall_said = False
+        self.attempts = 1  # the run's attempts so far (the watchdog's `restart` events say when one begins)
+        self.ended_attempts: list[dict[str, Any]] = []  # how each earlier attempt ended (for JUnit)
+        self.new_stall_clock()
+
+    def new_stall_clock(self) -> None:
         from gpuops.client.runspec import plain
 
-        w = job.playbook.watch
+        w = self.job.playbook.watch
         self.stall = StallClock(w.stall_timeout, plain(getattr(w, "stall_auto", None)), time.monotonic())
+
+    def new_attempt(self, rec: dict[str, Any]) -> None:
+        """The watchdog restarts training: what was seen belongs to the attempt before (the log resets itself)."""
+        self.attempts = max(self.attempts, int(rec.get("attempt") or self.attempts + 1))
+        if isinstance(rec.get("previous"), dict):
+            self.ended_attempts.append(rec["previous"])
+        self.first_abort, self.reported, self.held, self.wd_offset = None, set(), [], -1
+        self.session_gone, self.stall_said, self.missing = False, False, 0
+        self.new_stall_clock()
 
     def event(self, kind: str, **data: Any) -> Event:
         return Event(kind, self.target, self.run_id, data)
@@ -99,6 +114,8 @@ class Viewer:
         rec.pop("ts", None)
         if kind == "session_gone":
             self.session_gone = True
+        if kind == "restart":
+            self.new_attempt(rec)
         if kind == "match":
             self.reported.add((rec.get("rule"), rec.get("offset")))
             if rec.get("action") == "abort" and self.first_abort is None:
@@ -112,7 +129,10 @@ class Viewer:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             yield from self.timeout()
             return
-        self.missing = self.missing + 1 if ev.size == -2 else 0
+        between = ev.watchdog_state == RESTARTING  # the next attempt waits: its log does not exist yet
+        self.missing = self.missing + 1 if ev.size == -2 and not between else 0
+        if between:
+            self.stall.grew(time.monotonic())
         if self.missing == 2:  # not a rotation's brief gap: said once
             yield self.event("log_missing", log=f"~/.gpuops/runs/{self.run_id}/log")
         if self.once:
@@ -201,8 +221,14 @@ class Viewer:
     def finish(self, ev: Ended) -> Iterator[Outcome]:
         if self.session_gone and ev.how == "exit":
             ev = Ended("gone", None)  # its exit code is the reap's, not the run's own
-        yield ended_outcome(self.job, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
+        out = ended_outcome(self.job, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
                             last=last_line(self.log_tail, self.job))
+        out.data["attempts"] = self.attempts
+        if self.attempts > 1:
+            out.message += f" (attempt {self.attempts}, after {self.attempts - 1} restart{'s' if self.attempts > 2 else ''})"
+        if self.ended_attempts:
+            out.data["earlier_attempts"] = self.ended_attempts
+        yield out
 
 
 def watch(

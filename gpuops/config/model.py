@@ -153,6 +153,17 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """playbook `restart:`: the watchdog starts training again after an attempt ends by a rule in `on`."""
+
+    max: int = 0  # restarts after the first attempt (0..10)
+    on: tuple[str, ...] = ()  # rule names (built-in, playbook, detector), `stall`, `failed`
+    compile_guard: bool | None = None  # the restarted attempts run with the guard; None: as launch.compile_guard
+    delay: float = 10.0  # seconds between the end of an attempt and the next
+    warmup: bool = False  # run the warmup again before a restart
+
+
+@dataclass(frozen=True)
 class Abort:
     signal: str = "INT"  # a signal name without SIG
     grace: float = 30.0
@@ -172,6 +183,7 @@ class Playbook:
     warmup: Warmup | None = None
     watch: Watch = field(default_factory=Watch)
     abort: Abort = field(default_factory=Abort)
+    restart: Restart | None = None  # None: no restarts
     target_mark: Mark | None = None
     warnings: tuple[str, ...] = ()  # "FILE:LINE:COL: message": fine to run, worth a look (validate, launch)
 

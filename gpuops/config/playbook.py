@@ -15,11 +15,13 @@ from gpuops.config.model import (
     Preflight,
     Warmup,
 )
+from gpuops.config.restart import parse_restart
 from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError, Mark
 
-PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort")
+PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort",
+                 "restart")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
 LAUNCH_KEYS = ("session", "command")
@@ -59,8 +61,9 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
         launch=_launch(top.require("launch", "a mapping with session and command")),
-        watch=parse_watch(top.get("watch"), env, warnings),
+        watch=(watch := parse_watch(top.get("watch"), env, warnings)),
         abort=_abort(top.get("abort")),
+        restart=parse_restart(top.get("restart"), watch),
         warnings=tuple(warnings),
     )
 

@@ -37,3 +37,17 @@ load_env() {
   . "$D/env.sh"
   export GPUOPS_RUN_ID="${D##*/}" GPUOPS_RUN_DIR="$D"
 }
+
+# guard_env: with the run's compile-guard record (a restarted attempt with restart.compile_guard),
+# the job runs under the compile guard: GPUOPS_COMPILE_GUARD=1 and the guard's folder first on
+# PYTHONPATH (the playbook's PYTHONPATH kept after it). Called after load_env.
+guard_env() {
+  [ -f "$D/compile-guard" ] || return 0
+  local guard
+  guard="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/guard"
+  export GPUOPS_COMPILE_GUARD=1
+  case ":${PYTHONPATH:-}:" in
+    *":$guard:"*) ;;  # launch.compile_guard put it there already
+    *) export PYTHONPATH="$guard${PYTHONPATH:+:$PYTHONPATH}";;
+  esac
+}

@@ -15,6 +15,7 @@ if ! enter_workdir 2>"$D/cd.err"; then
   exit 126
 fi
 load_env
+guard_env
 # Trapped (not ignored) signals: the command gets them with default handling, and this script
 # survives to record the exit code.
 trap 'true' INT TERM HUP QUIT

@@ -10,6 +10,7 @@ GPU=$2 COMMAND=$3
 stopped_check
 enter_workdir || exit 126
 load_env
+guard_env
 export GPUOPS_GPU="$GPU" GPUOPS_PHASE="warmup-$GPU"
 bash -c "$COMMAND" </dev/null 2>&1 | tee -a "$D/warmup-$GPU.log"
 rc=${PIPESTATUS[0]}

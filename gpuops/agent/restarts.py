@@ -1,0 +1,224 @@
+"""Restarts (playbook `restart:`): after an attempt ends by a rule in `restart.on`, start training again.
+
+The watchdog does it, so a run is restarted with nobody attached. An attempt that ended is decided
+on from its records (`due`); its records then move into attempts/<n>/ and attempt.json says the
+next one waits (`begin_next`); the watchdog waits out the delay (and the warmup, if asked) and
+starts training in the same tmux session (`carry_out`), then watches it as a new attempt. A
+`gpuops stop` or `--timeout` (abort.json `by` stop / timeout) ends the run for good, also while
+the next attempt waits. Everything here is also resumed by a watchdog started again after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from . import protocol as p
+from . import tmux
+from .records import command_exit_code, outcome, read_json, read_text, write_json_atomic
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+POLL = 0.1
+#: abort.json `by` values that end a run for good (never restarted).
+FOR_GOOD = ("stop", "timeout")
+
+
+def current(d: str) -> Dict[str, Any]:
+    """The current attempt's record; attempt 1 (running) when the run never restarted."""
+    rec = read_json(os.path.join(d, p.ATTEMPT)) or {}
+    n = rec.get("attempt")
+    if not isinstance(n, int) or n < 1:
+        return {"attempt": 1, "state": p.ATTEMPT_RUNNING}
+    return rec
+
+
+def max_attempts(cfg: Dict[str, Any]) -> int:
+    """The first attempt and the restarts after it."""
+    return 1 + int((cfg.get("restart") or {}).get("max") or 0)
+
+
+def ended_by(d: str) -> Optional[str]:
+    """The restart.on name of what ended the current attempt (a rule, stall, failed); None: it succeeded,
+    was stopped for good, was lost, or never started training."""
+    abort = read_json(os.path.join(d, p.ABORT))
+    if abort is not None:
+        if abort.get("by") in FOR_GOOD or abort.get("reason") in FOR_GOOD:
+            return None
+        return p.RESTART_STALL if abort.get("reason") == "stall" else (str(abort.get("rule") or "") or None)
+    code = command_exit_code(read_text(os.path.join(d, p.EXIT_CODE)))
+    return p.RESTART_FAILED if code not in (None, 0) else None
+
+
+def due(d: str, cfg: Dict[str, Any]) -> Optional[str]:
+    """The rule to restart after when the attempt that just ended should be restarted, else None."""
+    section = cfg.get("restart") or {}
+    if current(d)["attempt"] >= max_attempts(cfg) or not os.path.exists(os.path.join(d, p.STARTED)):
+        return None
+    name = ended_by(d)
+    return name if name is not None and name in (section.get("on") or ()) else None
+
+
+def begin_next(d: str, cfg: Dict[str, Any], after: str, say: Callable[..., None]) -> Dict[str, Any]:
+    """Attempt n ended by `after`: record attempt n+1 as waiting, say `restart`, keep attempt n's records."""
+    section = cfg.get("restart") or {}
+    now = current(d)
+    n = int(now["attempt"])
+    delay = float(section.get("delay", 10.0))
+    nxt = {"attempt": n + 1, "max_attempts": max_attempts(cfg), "state": p.ATTEMPT_WAITING, "after": after,
+           "compile_guard": bool(section.get("compile_guard")), "delay": delay, "warmup": bool(section.get("warmup")),
+           "until": round(time.time() + delay, 3)}
+    ended = _ended_record(d, now, after)
+    write_json_atomic(os.path.join(d, p.ATTEMPT), nxt)
+    keep(d, n, ended)
+    say("restart", attempt=n + 1, max_attempts=nxt["max_attempts"], after=after, compile_guard=nxt["compile_guard"],
+        delay=delay, warmup=nxt["warmup"], previous=ended)
+    return nxt
+
+
+def _ended_record(d: str, rec: Dict[str, Any], after: str) -> Dict[str, Any]:
+    """What attempt n was and how it ended (kept beside its records, read by junit and status)."""
+    exit_text = read_text(os.path.join(d, p.EXIT_CODE))
+    abort = read_json(os.path.join(d, p.ABORT))
+    name, code = outcome(exit_text, abort, False)
+    return {"attempt": int(rec["attempt"]), "compile_guard": bool(rec.get("compile_guard")), "outcome": name,
+            "exit_code": code, "command_exit_code": command_exit_code(exit_text), "rule": after,
+            "by": (abort or {}).get("by"), "line": (abort or {}).get("line"), "excerpt": (abort or {}).get("excerpt"),
+            "started": rec.get("started"), "ended": round(time.time(), 3)}
+
+
+def keep(d: str, n: int, ended: Dict[str, Any]) -> None:
+    """Move attempt n's records into attempts/<n>/ (abort.json first: the next attempt's one claim is free)."""
+    dest = p.attempt_dir(d, n)
+    os.makedirs(dest, exist_ok=True)
+    for name in (p.ABORT,) + tuple(r for r in p.ATTEMPT_RECORDS if r != p.ABORT):
+        try:
+            os.rename(os.path.join(d, name), os.path.join(dest, name))
+        except FileNotFoundError:
+            pass
+    write_json_atomic(os.path.join(dest, p.ATTEMPT), ended)
+
+
+def stopped(d: str) -> bool:
+    """Someone (`gpuops stop`, --timeout, a client) claimed the waiting attempt's abort."""
+    return os.path.exists(os.path.join(d, p.ABORT))
+
+
+def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None], say: Callable[..., None]) -> bool:
+    """A pending attempt: wait its delay, warm up if asked, start training. False: the run ends here."""
+    rec = current(d)
+    if rec.get("state") not in p.ATTEMPT_PENDING:
+        return rec.get("state") != p.ATTEMPT_STOPPED
+    path = os.path.join(d, p.ATTEMPT)
+    while time.time() < float(rec.get("until") or 0) and not stopped(d):
+        beat(rec)
+        time.sleep(POLL)
+    _guard_flag(d, bool(rec.get("compile_guard")))
+    if rec["state"] == p.ATTEMPT_WAITING and rec.get("warmup") and not stopped(d):
+        failed = warm_up(d, cfg, lambda: beat(rec))
+        if failed is not None and not stopped(d):
+            write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "warmup_failed": failed["message"]})
+            say("restart_failed", attempt=rec["attempt"], message=failed["message"])
+            with open(os.path.join(d, p.EXIT_CODE), "w") as fh:
+                fh.write("%d\n" % failed["code"])
+            return False
+    if stopped(d):
+        return _stopped(d, rec, say)
+    rec = {**rec, "state": p.ATTEMPT_STARTING}
+    write_json_atomic(path, rec)
+    beat(rec)
+    if not os.path.exists(os.path.join(d, p.STARTED)) and not tmux.alive(str(cfg.get("session"))):
+        from .start import start_training
+
+        result = start_training(os.path.basename(d), d, str(cfg.get("session")))
+        if result.returncode != 0:
+            why = result.stderr.decode("utf-8", "replace").strip()[-300:] or "tmux exited %d" % result.returncode
+            say("restart_failed", attempt=rec["attempt"], message="cannot start training: " + why)
+            with open(os.path.join(d, p.EXIT_CODE), "w") as fh:
+                fh.write("%d\n" % 71)
+            return False
+    if stopped(d):  # a stop got in between: training must not go on
+        tmux.kill(str(cfg.get("session")))
+        return _stopped(d, rec, say)
+    write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "started": round(time.time(), 3)})
+    say("attempt_started", attempt=rec["attempt"], max_attempts=rec.get("max_attempts"),
+        compile_guard=bool(rec.get("compile_guard")))
+    return True
+
+
+def _stopped(d: str, rec: Dict[str, Any], say: Callable[..., None]) -> bool:
+    """The run was stopped while the attempt waited: for good. Wait for the stopper's record."""
+    from .abort import wait_done
+
+    write_json_atomic(os.path.join(d, p.ATTEMPT), {**rec, "state": p.ATTEMPT_STOPPED})
+    record = read_json(os.path.join(d, p.ABORT)) or {}
+    say("restart_cancelled", attempt=rec["attempt"], stopped_by=record.get("by"), reason=record.get("reason"))
+    wait_done(d, 120.0)
+    return False
+
+
+def _guard_flag(d: str, on: bool) -> None:
+    """The compile-guard record run.sh and warmup.sh read (sh/common.sh guard_env)."""
+    path = os.path.join(d, p.COMPILE_GUARD)
+    if on:
+        with open(path, "w") as fh:
+            fh.write("1\n")
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
+    """The playbook's warmups again, one GPU after another as launch runs them; None, or what failed."""
+    from .abort import drain
+
+    warm = (cfg.get("restart") or {}).get("warmup_spec") or {}
+    gpus: List[int] = [int(g) for g in warm.get("gpus") or []]
+    timeout = float(warm.get("timeout") or 1200.0)
+    for gpu in gpus:
+        command = substitute(str(warm.get("command") or ""), gpu)
+        with open(os.devnull, "wb") as null:
+            proc = subprocess.Popen(["bash", os.path.join(HERE, "sh", "warmup.sh"), os.path.basename(d), str(gpu), command],
+                                    stdin=subprocess.DEVNULL, stdout=null, stderr=null)
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            beat()
+            time.sleep(POLL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            return {"code": 124, "message": "warmup on GPU %d timed out after %gs" % (gpu, timeout)}
+        if proc.returncode != 0:
+            return {"code": proc.returncode, "message": "warmup on GPU %d exited with code %d" % (gpu, proc.returncode)}
+        drain([gpu], int(cfg.get("max_memory_used_mib", 500)), float(warm.get("drain_timeout") or 30.0))
+    return None
+
+
+def substitute(template: str, gpu: int) -> str:
+    """{gpu} replaced in one left-to-right pass, {{ and }} literal braces (as launch's warmup does)."""
+    return re.sub(r"\{\{|\}\}|\{gpu\}", lambda m: {"{{": "{", "}}": "}"}.get(m.group(0), str(gpu)), template)
+
+
+_last_beat = [0.0]
+
+
+def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> None:
+    """The watchdog's heartbeat while an attempt waits: clients see it alive and restarting."""
+    if not force and time.time() - _last_beat[0] < p.HEARTBEAT_EVERY:
+        return
+    _last_beat[0] = time.time()
+    path = os.path.join(d, p.WATCHDOG)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"pid": os.getpid(), "ts": round(time.time(), 3), "state": p.WATCHDOG_RESTARTING,
+                             "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
+                             "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def moved_on(d: str, before: int) -> bool:
+    """A restart began since attempt `before` was read: a stop that lost to its abort must claim again."""
+    rec = current(d)
+    return int(rec["attempt"]) != before
