@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.config import inventory, playbook, watch
+from gpuops.config import inventory, playbook, restart, watch
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY_PAGE = ROOT / "docs" / "inventory.md"
 PLAYBOOK_PAGE = ROOT / "docs" / "playbook.md"
 INVENTORY_SECTIONS = ("hosts", "targets")
-PLAYBOOK_SECTIONS = ("preflight", "warmup", "launch", "abort", "watch")
+PLAYBOOK_SECTIONS = ("preflight", "warmup", "launch", "abort", "watch", "restart")
 
 
 def table_keys(page: Path, sections: tuple[str, ...], top: tuple[str, ...] = ()) -> dict[str, str]:
@@ -37,11 +37,11 @@ def inventory_keys() -> list[str]:
 
 
 def playbook_keys() -> list[str]:
-    keys = [k for k in playbook.PLAYBOOK_KEYS if k not in PLAYBOOK_SECTIONS]
+    keys = [k for k in playbook.PLAYBOOK_KEYS if k not in PLAYBOOK_SECTIONS or k == "restart"]
     for section, names in (("preflight", playbook.PREFLIGHT_KEYS), ("warmup", playbook.WARMUP_KEYS),
                            ("launch", playbook.LAUNCH_KEYS), ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS),
                            ("watch.throughput", watch.THROUGHPUT_KEYS), ("watch.gpu_memory", watch.GPU_MEMORY_KEYS),
-                           ("watch.compile_after_warmup", watch.COMPILE_KEYS)):
+                           ("watch.compile_after_warmup", watch.COMPILE_KEYS), ("restart", restart.RESTART_KEYS)):
         keys += [f"{section}.{k}" for k in names]
     return keys
 

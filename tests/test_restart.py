@@ -82,3 +82,118 @@ def test_an_fx_race_on_the_first_attempt_is_restarted_with_the_guard_and_the_run
     status = ct.gpuops("status", "--json")
     (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
     assert session["run"]["attempts"] == 2, session
+
+
+def test_a_following_launch_follows_the_next_attempt_and_exits_0(ct: Ct) -> None:
+    # Attempt 2 outlasts the follower's 15 s wait for a watchdog after a run's end: only following the
+    # next attempt (not that grace) shows its end.
+    command = fails_once(ct, trainer("fx-caught"), trainer("steps", "--steps", "4", "--interval", "5"))
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 1})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    evs = result.events()
+    lines = [e["line"] for e in evs if e["event"] == "log"]
+    # Both attempts' logs were printed, the second from its first byte.
+    assert any(FX_LINE in line for line in lines), lines
+    restart_at = next(i for i, e in enumerate(evs) if e["event"] == "restart")
+    assert (evs[restart_at]["attempt"], evs[restart_at]["max_attempts"], evs[restart_at]["after"]) == (
+        2, 2, "fx-tracing-race")
+    assert evs[restart_at]["compile_guard"] is False
+    after = [e["line"] for e in evs[restart_at:] if e["event"] == "log"]
+    assert after[0] == "guard=off" and "step 4/4" in after[-1], after
+    summary = evs[-1]
+    assert (summary["event"], summary["outcome"], summary["exit_code"], summary["attempts"]) == (
+        "summary", "succeeded", 0, 2), summary
+    ct.assert_run_gone()
+
+
+def test_when_the_restarts_run_out_the_exit_code_is_the_last_attempts(ct: Ct) -> None:
+    with_restart(ct, trainer("fx-thread"), {"max": 1, "on": ["fx-tracing-race"], "delay": 0})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 7, result
+    evs = result.events()
+    assert [e["attempt"] for e in evs if e["event"] == "restart"] == [2]
+    summary = evs[-1]
+    assert (summary["outcome"], summary["rule"], summary["attempts"]) == ("aborted", "fx-tracing-race", 2), summary
+    d = ct.run_dir()
+    assert FX_LINE.encode() in (d / "attempts" / "1" / "log").read_bytes() and FX_LINE.encode() in ct.log()
+    assert not (d / "attempts" / "2").exists()  # the last attempt's records are the run's own
+    ct.assert_run_gone()
+
+
+def test_a_rule_not_in_restart_on_ends_the_run_with_no_restart(ct: Ct) -> None:
+    with_restart(ct, trainer("oom"), {"max": 2, "on": ["fx-tracing-race"], "delay": 0})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 7, result
+    assert result.events()[-1]["rule"] == "cuda-oom" and result.events()[-1]["attempts"] == 1
+    assert restart_events(ct.run_dir()) == [] and not (ct.run_dir() / "attempts").exists()
+
+
+def test_failed_restarts_a_training_that_exited_non_zero_without_a_rule(ct: Ct) -> None:
+    command = fails_once(ct, trainer("exit", "--steps", "2", "--code", "3"), trainer("steps", "--steps", "2"))
+    with_restart(ct, command, {"max": 1, "on": ["failed"], "delay": 0})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    (restart,) = [e for e in result.events() if e["event"] == "restart"]
+    assert restart["after"] == "failed"
+    assert (ct.run_dir() / "attempts" / "1" / "exit_code").read_text().strip() == "3"
+
+
+def test_stall_restarts_a_hung_attempt(ct: Ct) -> None:
+    command = fails_once(ct, trainer("hang"), trainer("steps", "--steps", "2"))
+    with_restart(ct, command, {"max": 1, "on": ["stall"], "delay": 0}, stall=2)
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    (restart,) = [e for e in result.events() if e["event"] == "restart"]
+    assert restart["after"] == "stall"
+    assert json.loads((ct.run_dir() / "attempts" / "1" / "abort.json").read_text())["reason"] == "stall"
+    ct.assert_run_gone()
+
+
+def test_stop_during_the_restart_delay_ends_the_run_for_good(ct: Ct) -> None:
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"))
+    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 60})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: restart_events(d), timeout=60, message="the restart of the first attempt")
+    status = ct.gpuops("status", "--json")
+    (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
+    assert (session["run"]["state"], session["run"]["attempts"]) == ("restarting", 2), session
+    stopped = ct.gpuops("stop")
+    assert stopped.code == 0, stopped
+    wait_until(lambda: run_over(ct), timeout=60, message="the watchdog to end the run")
+    assert json.loads((d / "abort.json").read_text())["by"] == "stop"
+    assert not (d / "started").exists() and not (d / "log").exists()  # attempt 2 never started
+    kinds = [e["event"] for e in events(d)]
+    assert "restart_cancelled" in kinds and "attempt_started" not in kinds
+    after = ct.gpuops("logs", "-f", "--json")
+    assert after.events()[-1]["outcome"] == "stopped", after
+
+
+def test_timeout_is_one_budget_over_all_attempts(ct: Ct) -> None:
+    # Each attempt fails within a second and waits 2 s: without one budget, the run would go on restarting.
+    with_restart(ct, trainer("fx-thread"), {"max": 10, "on": ["fx-tracing-race"], "delay": 2})
+    result = ct.gpuops("launch", "--json", "--timeout", "8")
+    assert result.code == 124, result
+    evs = result.events()
+    assert [e["event"] for e in evs if e["event"] == "restart"], "no restart before the timeout"
+    assert evs[-1]["outcome"] == "timeout", evs[-1]
+    wait_until(lambda: run_over(ct), timeout=60, message="the watchdog to end the run")
+    n = len(restart_events(ct.run_dir()))
+    assert n < 10 and json.loads((ct.run_dir() / "abort.json").read_text())["by"] == "timeout"
+    ct.assert_run_gone()
+
+
+def test_junit_shows_each_attempt_as_a_testcase(ct: Ct, tmp_path: Path) -> None:
+    from test_junit import cases, report, verdict
+
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"))
+    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 0})
+    path = tmp_path / "junit.xml"
+    result = ct.gpuops("launch", "--junit", str(path))
+    assert result.code == 0, result
+    found = cases(report(path))
+    assert list(found) == ["preflight", "training (attempt 1)", "training (attempt 2)"], list(found)
+    first = verdict(found["training (attempt 1)"], "failure")
+    assert "ended by 'fx-tracing-race'" in first.get("message", "") and FX_LINE in (first.text or "")
+    assert found["training (attempt 2)"][0] == "passed"

@@ -32,7 +32,7 @@ STATUS_KEYS = {"ts", "event", "target", "host", "ctid", "reachable", "error", "h
                "nvidia_smi", "nvidia_smi_error", "gpus", "sessions"}  # fmt: skip
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
 RUN_KEYS = {"id", "session", "state", "exit_code", "started_at", "playbook", "seconds_since_log", "log_bytes",
-            "abort", "last_match", "stopped_by", "watchdog", "telemetry"}  # fmt: skip
+            "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts"}  # fmt: skip
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
@@ -269,6 +269,7 @@ def test_a_running_run_shows_session_run_id_state_and_log_age(
         run = session["run"]
         assert set(run) == RUN_KEYS
         assert (run["id"], run["state"], run["exit_code"], run["playbook"]) == (run_id, "running", None, "busy")
+        assert (run["attempts"], run["max_attempts"]) == (1, 1)  # no restart: section
         assert run["log_bytes"] > 0 and 0 <= run["seconds_since_log"] < 30
         assert ISO_UTC.fullmatch(run["started_at"])
         assert obj["gpus"][1]["memory_used_mib"] >= 2000

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from .episodes import Episode, in_window, keep, moves
+from .signatures.rules import GUARD_HOWTO
 from .smi import GpuSample
 from .throughput import median
 
@@ -58,15 +59,15 @@ _RECOMPILED = re.compile(RECOMPILE_MARK + r" (\S+)")
 
 EAGER_ADVICE = (
     "likely the eager fallback, the FX thread-safety race's slow path (a thread fell back to eager mode, "
-    "the process runs on): compile each device's function under one lock before the threads start, "
-    "warm every shape, or use torch >= 2.14 (thread-local flag)")
+    "the process runs on): " + GUARD_HOWTO + "; or compile each device's function under one lock before the "
+    "threads start and warm every shape")
 LOWER_ADVICE = (
     "less memory than the good run: a worker thread may have died (the FX race kills a drafter thread "
     "while the process runs on; look for 'Exception in thread') or the batch shrank")
 COMPILE_ADVICE = (
     "the warmup did not cover a shape this run uses, so training compiles it now (slow, and in threads "
     "it risks the FX race): warm every shape on every device under one lock before the threads start, "
-    "or mark the dimension dynamic")
+    "or mark the dimension dynamic; meanwhile " + GUARD_HOWTO)
 
 
 def resolve(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -27,6 +27,7 @@ from .masking import Masker
 from .quiet import Quiet
 from .records import read_json
 from .runfiles import append_event
+from .signatures.rules import advice
 from .stall import StallClock
 from .watchcfg import build_matcher, stall_config
 
@@ -230,7 +231,8 @@ class Watchdog:
         self.events.counts[hit.rule] = count
         if hit.action == "abort" or count <= MAX_REPORTS:
             self.events.write("match", rule=hit.rule, action=hit.action, description=hit.description, line=hit.line,
-                              line_number=hit.line_number, offset=hit.offset, excerpt=hit.excerpt)
+                              line_number=hit.line_number, offset=hit.offset, excerpt=hit.excerpt,
+                              **({"advice": advice(hit.rule)} if advice(hit.rule) else {}))
         if hit.action == "abort" and self.first_abort is None:
             self.first_abort = hit
             self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)

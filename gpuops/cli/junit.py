@@ -2,7 +2,8 @@
 
 The recorder sits beside the renderer: it sees the same events and the same Outcome, plus the
 errors that go on to the CLI boundary, so the report and the terminal never disagree. One
-testsuite per target; testcases `preflight`, `warmup GPU <n>` (one per warmup GPU) and `training`.
+testsuite per target; testcases `preflight`, `warmup GPU <n>` (one per warmup GPU) and `training`;
+a run the watchdog restarted has one `training (attempt <n>)` testcase per attempt.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class Suite:
             case.seconds = float(ev.get("seconds") or case.seconds)
         elif k in ("started", "following"):
             self._training_began(ev)
+        elif k == "restart":
+            self._restarted(ev)
         elif k == "waiting_start":
             train.note(f"attached while the launch of run {ev.run} was in its {ev.get('phase')} phase")
         elif k == "log":
@@ -127,6 +130,21 @@ class Suite:
         for key in ("session", "log"):
             if ev.get(key):
                 self.properties[key] = str(ev.get(key))
+
+    def _restarted(self, ev: Event) -> None:
+        """The watchdog restarts training: the attempt that ended is a testcase of its own (a failure)."""
+        n, most = int(ev.get("attempt") or 2), ev.get("max_attempts")
+        prev = ev.get("previous") if isinstance(ev.get("previous"), dict) else {}
+        ended = self.cases.pop("training")
+        ended.name = f"training (attempt {n - 1})"
+        if ended.started is None:
+            ended.started = ev.ts
+        ended.finish("failure", ev.ts, type=str(prev.get("outcome") or "aborted"), detail=self._detail(prev),
+                     message=f"attempt {n - 1} ended by '{ev.get('after')}'; the watchdog restarted training "
+                             f"(attempt {n} of {most}" + (", with the compile guard)" if ev.get("compile_guard") else ")"))
+        self.cases[f"training-{n - 1}"] = ended
+        self.cases["training"] = Case(f"training (attempt {n})", status="running", started=ev.ts)
+        self.abort_match = {}
 
     def outcome(self, out: Outcome) -> None:
         now = time.time()
@@ -354,7 +372,7 @@ def _suite(suite: Suite, command: str) -> tuple[Any, dict[str, int], float]:
         elif case.status == "skipped":
             ET.SubElement(item, "skipped", message=clean(case.message))
         out = "\n".join(case.out)
-        if case.name == "training" and suite.log:
+        if case is suite.cases.get("training") and suite.log:  # the last attempt's testcase
             out = (out + "\n" if out else "") + "--- the end of the training log ---\n" + suite.log_tail()
         if out:
             ET.SubElement(item, "system-out").text = clean(out)

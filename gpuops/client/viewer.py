@@ -37,8 +37,12 @@ def build_matcher(job: Job, start_offset: int = 0) -> Any:
 
 
 def _hit_data(hit: Any, by: str) -> dict[str, Any]:
+    from gpuops.agent.signatures.rules import advice
+
+    tip = advice(hit.rule)
     return {"rule": hit.rule, "action": hit.action, "description": hit.description, "line": hit.line,
-            "line_number": hit.line_number, "offset": hit.offset, "excerpt": hit.excerpt, "by": by}
+            "line_number": hit.line_number, "offset": hit.offset, "excerpt": hit.excerpt, "by": by,
+            **({"advice": tip} if tip else {})}
 
 
 class Viewer:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from .literals import _required_literals
 
-__all__ = ["ABORT", "WARN", "METRIC", "Hit", "Measure", "Rule", "builtin_rules", "metric_rule", "regex_rule"]
+__all__ = ["ABORT", "WARN", "METRIC", "FX_ADVICE", "Hit", "Measure", "Rule", "advice", "builtin_rules", "metric_rule",
+           "regex_rule"]
 
 ABORT = "abort"
 WARN = "warn"
@@ -98,6 +99,21 @@ class Hit:
     excerpt: str
 
 
+#: How to make the run succeed after the FX thread-safety family: shown with its matches (`advice`).
+#: No PyTorch version is named: none was verified to end the race (see builtin_rules).
+GUARD_HOWTO = ("turn on gpuops' compile guard (`launch.compile_guard: true`: the first calls of compiled code never "
+               "overlap, no code change) and let the watchdog restart a run that still hits it (`restart: {max: 2, "
+               "on: [fx-tracing-race, fx-patcher-race, stall], compile_guard: true}`)")
+FX_ADVICE = ("threads traced or compiled at once (torch.compile is not thread-safe): " + GUARD_HOWTO
+             + "; or compile each device's function under one lock before the threads start")
+_ADVICE = {"fx-tracing-race": FX_ADVICE, "fx-patcher-race": FX_ADVICE}
+
+
+def advice(rule: str) -> str | None:
+    """What to do about a match of this built-in rule, if gpuops knows."""
+    return _ADVICE.get(rule)
+
+
 def _compile(name: str, pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
@@ -115,8 +131,10 @@ def builtin_rules() -> list[Rule]:
     fx-tracing-race
         ``RuntimeError: Detected that you are using FX to symbolically trace a
         dynamo-optimized function`` as a traceback's exception line: threads
-        sharing ``torch.compile`` raced (PyTorch < 2.14); drafters fall back to
-        eager mode and the run crawls on.
+        sharing ``torch.compile`` raced; drafters fall back to eager mode and the
+        run crawls on. (PyTorch made its tracing flag thread-local in pytorch#168999
+        and the FX patcher in pytorch#187589; no release is named here because none
+        was verified to end the race.)
     cuda-oom
         ``torch.OutOfMemoryError: CUDA out of memory.`` (also
         ``torch.cuda.OutOfMemoryError`` and ``RuntimeError: CUDA out of memory``).

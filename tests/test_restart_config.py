@@ -1,0 +1,98 @@
+"""config/restart.py: the playbook's `restart:` section loads, is carried to the watchdog in watch.json,
+and each bad value gets one FILE:LINE:COL message (exit 2 through validate)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench.cli import gpuops
+from gpuops.config import load_playbook
+from gpuops.config.model import Restart
+from gpuops.errors import ConfigError
+
+HEAD = "launch: {session: s, command: c}\nwatch: {rules: [{name: loss-nan, pattern: 'loss nan'}]}\n"
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "pb.yaml"
+    path.write_text(HEAD + textwrap.dedent(text), encoding="utf-8")
+    return str(path)
+
+
+def error(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_playbook(path, environ={})
+    assert str(info.value).startswith(path + ":"), str(info.value)
+    return str(info.value)[len(path) + 1 :]
+
+
+def test_no_section_means_no_restarts(tmp_path: Path) -> None:
+    assert load_playbook(write(tmp_path, ""), environ={}).restart is None
+
+
+def test_the_contracts_example_loads(tmp_path: Path) -> None:
+    pb = load_playbook(write(tmp_path, """\
+        restart:
+          max: 2
+          on: [fx-tracing-race, fx-patcher-race, stall, failed, loss-nan, throughput-drop]
+          compile_guard: true
+          delay: 10
+          warmup: false
+        """), environ={})
+    assert pb.restart == Restart(max=2, on=("fx-tracing-race", "fx-patcher-race", "stall", "failed", "loss-nan",
+                                            "throughput-drop"), compile_guard=True, delay=10.0, warmup=False)
+
+
+def test_compile_guard_defaults_to_launchs_in_watch_json(tmp_path: Path) -> None:
+    from gpuops.client.runspec import restart_config
+
+    class Job:  # restart_config reads only the playbook
+        playbook = load_playbook(write(tmp_path, "restart: {max: 1, on: [stall]}\n"), environ={})
+
+    assert restart_config(Job()) == {"max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0,
+                                     "warmup": False, "warmup_spec": None}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("restart: {max: 11}\n", "3:16: expected the number of restarts after the first attempt (an integer 0..10), got 11"),
+        ("restart: {max: -1}\n", "3:16: expected the number of restarts after the first attempt (an integer 0..10)"),
+        ("restart: {on: [fx-tracing-rase]}\n", "3:16: restart.on: 'fx-tracing-rase' is no rule this playbook runs"),
+        ("restart: {on: [stall, stall]}\n", "3:23: restart.on lists 'stall' twice"),
+        ("restart: {on: stall}\n", "3:15: expected a list of rule names"),
+        ("restart: {delay: -1}\n", "3:18: expected a number of seconds >= 0"),
+        ("restart: {compile_guard: yes}\n", "3:26: expected true or false"),
+        ("restart: {tries: 2}\n", "3:11: "),
+    ],
+)
+def test_bad_values(tmp_path: Path, text: str, message: str) -> None:
+    assert error(tmp_path, text).startswith(message), error(tmp_path, text)
+
+
+def test_an_unknown_rule_name_suggests_the_close_one(tmp_path: Path) -> None:
+    assert "did you mean 'fx-tracing-race'?" in error(tmp_path, "restart: {on: [fx-tracing-rase]}\n")
+
+
+def test_a_bad_restart_section_exits_2_through_validate(tmp_path: Path) -> None:
+    path = write(tmp_path, "restart:\n  on: [nope]\n")
+    result = gpuops("validate", "-p", path)
+    assert result.code == 2, result
+    assert f"{path}:4:8: restart.on: 'nope' is no rule this playbook runs" in result.err, result
+    assert "Traceback" not in result.err
+
+
+def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guard_and_restarts_on() -> None:
+    import re
+
+    from gpuops.agent import detectors
+    from gpuops.agent.signatures.rules import advice
+
+    for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), detectors.EAGER_ADVICE, detectors.COMPILE_ADVICE):
+        assert text and "launch.compile_guard: true" in text and "restart:" in text and "compile_guard: true}" in text
+        # No advice names a PyTorch version nobody verified (the old "torch >= 2.14" was one).
+        assert not re.search(r"torch\s*[<>=]+\s*\d|\b2\.1\d\b", text), text
