@@ -27,11 +27,14 @@ def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
     return make_ct(sshd, fake_proxmox, tmp_path)
 
 
-def with_restart(ct: Ct, command: str, restart: dict[str, Any], **options: Any) -> Path:
-    """The bench playbook running `command`, with a `restart:` section."""
+def with_restart(ct: Ct, command: str, restart: dict[str, Any], env: dict[str, str] | None = None,
+                 **options: Any) -> Path:
+    """The bench playbook running `command`, with a `restart:` section (and `env`)."""
     path = ct.playbook(command, **options)
     data = yaml.safe_load(path.read_text())
     data["restart"] = restart
+    if env:
+        data["env"] = env
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -197,3 +200,22 @@ def test_junit_shows_each_attempt_as_a_testcase(ct: Ct, tmp_path: Path) -> None:
     first = verdict(found["training (attempt 1)"], "failure")
     assert "ended by 'fx-tracing-race'" in first.get("message", "") and FX_LINE in (first.text or "")
     assert found["training (attempt 2)"][0] == "passed"
+
+
+def test_the_restarted_attempt_runs_under_the_compile_guard_with_the_playbooks_pythonpath_kept(ct: Ct) -> None:
+    standins = Path(__file__).resolve().parent / "standins"  # the strict stand-in torch
+    probe = ct.tmp / "which_compile.py"
+    probe.write_text("import os, torch\n"
+                     "print('compile', 'guarded' if getattr(torch.compile, '_gpuops_compile_guard', False) else 'bare')\n"
+                     "print('pythonpath', os.environ.get('PYTHONPATH'))\n")
+    check = f"python3 {shlex.quote(str(probe))}"
+    command = fails_once(ct, f"{check}; {trainer('fx-thread')}", check)
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "compile_guard": True, "delay": 0},
+                 env={"PYTHONPATH": str(standins)})
+    result = ct.gpuops("launch")
+    assert result.code == 0, result
+    first, second = (ct.run_dir() / "attempts" / "1" / "log").read_text(), ct.log().decode()
+    assert "compile bare" in first and "guard=off" in first, first
+    assert "compile guarded" in second and "guard=1" in second, second
+    path = next(line for line in second.splitlines() if line.startswith("pythonpath ")).split(" ", 1)[1].split(":")
+    assert path[0].endswith("gpuops_agent/guard/pythonpath") and path[1:] == [str(standins)], path

@@ -75,6 +75,7 @@ RESTART_STALL, RESTART_FAILED = "stall", "failed"
 #: The compile guard (agent/guard/): the job sees this set to 1 when the guard is on.
 GPUOPS_COMPILE_GUARD = "GPUOPS_COMPILE_GUARD"
 COMPILE_GUARD = "compile-guard"  # present: run.sh and warmup.sh put the guard on (sh/common.sh guard_env)
+GUARD_PYTHONPATH = "guard/pythonpath"  # under the agent package: the folder guard_env puts first on PYTHONPATH
 
 
 def attempt_dir(d: str, n: int) -> str:

@@ -44,7 +44,7 @@ load_env() {
 guard_env() {
   [ -f "$D/compile-guard" ] || return 0
   local guard
-  guard="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/guard"
+  guard="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/guard/pythonpath"  # its sitecustomize.py
   export GPUOPS_COMPILE_GUARD=1
   case ":${PYTHONPATH:-}:" in
     *":$guard:"*) ;;  # launch.compile_guard put it there already
