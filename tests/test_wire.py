@@ -165,13 +165,14 @@ def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
     """status's `state`, runs' `outcome` and profile.json's `outcome` come from one enum, and print,
     compare and serialise as the same words as before."""
     words = {"warming", "running", "aborting", "exited", "succeeded", "failed", "aborted", "stalled", "timeout",
-             "stopped", "lost", "failed-before-start", "not-started", "interrupted"}
+             "stopped", "lost", "failed-before-start", "not-started", "interrupted",
+             "restarting"}  # restarting: an attempt ended and the watchdog starts the next (playbook restart:)
     assert {s.value for s in p.RunState} == words
     for state in p.RunState:
         assert (str(state), f"{state}", json.dumps(state), state == state.value) == (
             state.value, state.value, json.dumps(state.value), True)
         assert {state.value: 1}[state] == 1 and state.is_terminal() != state.is_live()
-    assert {s for s in p.RunState if s.is_live()} == {"warming", "running", "aborting"}
+    assert {s for s in p.RunState if s.is_live()} == {"warming", "running", "aborting", "restarting"}
 
 
 @pytest.mark.parametrize(("exit_text", "abort", "alive", "want"), [
