@@ -74,27 +74,30 @@ def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID
 
 
 def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
-    """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently."""
+    """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently.
+    The target is the one `logs` itself would pick (cli/targets.py): the first -t, else the playbook's."""
     try:
+        from gpuops.cli.targets import select_targets
         from gpuops.client.run_history import read_history
-        from gpuops.config import load_playbook, resolve_target
-        from gpuops.config.inventory import resolve_targets
         from gpuops.transport import Pool
 
-        inventory = _inventory(ctx)
-        path = ctx.params.get("playbook") or os.environ.get("GPUOPS_PLAYBOOK")
-        playbook = load_playbook(os.path.expanduser(str(path)), need_env=False) if path else None
-        names = ctx.params.get("targets") or ()
-        target = resolve_targets(inventory, names)[0] if names else resolve_target(inventory, playbook, None)
-        pool = Pool(inventory, retry_time=0)
+        sel = select_targets(_path(ctx, "inventory", "GPUOPS_INVENTORY"), _path(ctx, "playbook", "GPUOPS_PLAYBOOK"),
+                             tuple(ctx.params.get("targets") or ()), run=True, need_env=False)
+        target = sel.targets[0]
+        pool = Pool(sel.inventory, retry_time=0)
         try:
             rows = read_history(pool.target(target), label=target.name, timeout=RUN_ID_BUDGET, limit=RUN_IDS)
         finally:
             pool.close()
-        session = playbook.launch.session if playbook is not None else None
-        found.extend(r for r in rows if session is None or r.get("session") == session)
+        found.extend(r for r in rows if r.get("session") == sel.playbook.launch.session)
     except Exception:  # noqa: BLE001 - a completion must never print into the prompt
         return
+
+
+def _path(ctx: click.Context, name: str, env: str) -> str | None:
+    """A file named on the command line being completed (not yet expanded by the shell), else in `env`."""
+    path = ctx.params.get(name) or os.environ.get(env)
+    return os.path.expanduser(str(path)) if path else None
 
 
 def _where(target: Any) -> str:
@@ -103,13 +106,13 @@ def _where(target: Any) -> str:
 
 def _inventory(ctx: click.Context) -> Any:
     """The inventory named on the command line being completed, else in GPUOPS_INVENTORY; None if unreadable."""
-    path = ctx.params.get("inventory") or os.environ.get("GPUOPS_INVENTORY")
+    path = _path(ctx, "inventory", "GPUOPS_INVENTORY")
     if not path:
         return None
     try:
         from gpuops.config import load_inventory
 
-        return load_inventory(os.path.expanduser(str(path)))
+        return load_inventory(path)
     except Exception:  # a completion must never print a traceback into the prompt; `gpuops validate` says why
         return None
 
