@@ -32,7 +32,8 @@ STATUS_KEYS = {"ts", "event", "target", "host", "ctid", "reachable", "error", "h
                "nvidia_smi", "nvidia_smi_error", "gpus", "sessions"}  # fmt: skip
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
 RUN_KEYS = {"id", "session", "state", "exit_code", "started_at", "playbook", "seconds_since_log", "log_bytes",
-            "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts"}  # fmt: skip
+            "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts",
+            "compile_guard"}  # fmt: skip
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 

@@ -63,7 +63,7 @@ ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard,
 ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
 #: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
 ATTEMPT_RECORDS = (LOG, EXIT_CODE, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
-                   CACHE_SNAPSHOT)
+                   CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS)
 #: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
 #: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
 ATTEMPT_WAITING, ATTEMPT_STARTING, ATTEMPT_RUNNING, ATTEMPT_STOPPED = "waiting", "starting", "running", "stopped"

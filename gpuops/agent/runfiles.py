@@ -39,6 +39,8 @@ def prepare(run_id: str, spec: Dict[str, Any], home: str = "") -> str:
     _write(os.path.join(d, p.COMMAND), spec["command"], 0o600)
     _write(os.path.join(d, p.WORKDIR), spec.get("workdir") or "", 0o600)
     _write(os.path.join(d, p.WATCH), json.dumps(spec["watch"], sort_keys=True) + "\n", 0o600)
+    if spec.get("compile_guard"):  # launch.compile_guard: warmup and training run under the guard
+        _write(os.path.join(d, p.COMPILE_GUARD), "1\n", 0o600)
     pointer = os.path.join(state, p.SESSIONS, spec["session"])
     _write(pointer + ".tmp", run_id + "\n", 0o644)
     os.replace(pointer + ".tmp", pointer)

@@ -19,7 +19,7 @@ MARKS = frozenset({
     # probe.sh
     "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
     "locked", "run", "meta", "exit", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
-    "pct_exec_rc", "pct_rc",
+    "guard_counts", "pct_exec_rc", "pct_rc",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
     # kill_marked.sh, abort, start, warmup.sh
@@ -81,6 +81,7 @@ class ProbeRun:
     log_size: Optional[int] = None
     log_mtime: Optional[float] = None
     samples_text: str = ""
+    guard_counts: List[Dict[str, Any]] = field(default_factory=list)  # compile-guard-counts/*.json
 
 
 @dataclass
@@ -156,6 +157,8 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
         setattr(state.run, key, _object(value))
     elif key == "exit":
         state.run.exit_code = _int(value)
+    elif key == "guard_counts":
+        state.run.guard_counts.append(_object(value))
     elif key == "watchdog_pid":
         state.run.watchdog_running = value.strip() == "alive"
     elif key == "log":

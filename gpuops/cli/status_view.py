@@ -61,7 +61,19 @@ def session_words(s: Any) -> str:
     if by:
         text += f"; stopped by {_STOPPED_BY.get(by, by)}"
     text += throughput_words(s.run) if s.alive else ""
-    return text + watchdog_words(s.run)
+    return text + guard_words(s.run) + watchdog_words(s.run)
+
+
+def guard_words(run: Any) -> str:
+    """The compile guard's counts: first calls it serialized, seconds they took and others waited."""
+    g = run.compile_guard
+    if g is None:
+        return ""
+    if not g["processes"]:
+        return "; compile guard on (nothing compiled yet)"
+    procs = f", {g['processes']} processes" if g["processes"] > 1 else ""
+    return (f"; compile guard: {g['serialized']} first calls serialized ({g['first_call_s']:.1f}s), "
+            f"{g['waited_s']:.1f}s waited{procs}")
 
 
 def head_words(r: Any) -> str:

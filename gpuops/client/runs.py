@@ -36,6 +36,17 @@ class RunInfo:
     watchdog: dict[str, Any] | None = None  # its heartbeat record (watchdog.json)
     watchdog_running: bool = True  # False: neither the watchdog nor its supervisor has a live process
     samples_text: str = ""  # the tail of samples.jsonl, when asked for
+    guard_counts: list[dict[str, Any]] = field(default_factory=list)  # the compile guard's, one per process
+
+    @property
+    def compile_guard(self) -> dict[str, Any] | None:
+        """The compile guard's counts summed over the run's processes; None when it is off and counted nothing."""
+        if not self.guard_counts and not self.meta.get("compile_guard"):
+            return None
+        total = {k: sum(c.get(k) or 0 for c in self.guard_counts if isinstance(c.get(k) or 0, (int, float)))
+                 for k in ("compiled", "serialized", "first_call_s", "waits", "waited_s", "unguarded")}
+        total = {k: round(v, 3) if isinstance(v, float) else v for k, v in total.items()}
+        return {"processes": len(self.guard_counts), **total}
 
     @property
     def state(self) -> RunState:
@@ -119,6 +130,7 @@ class RunInfo:
                 "disabled_rules": self.watchdog.get("disabled_rules") or [],
             },
             "telemetry": (self.watchdog or {}).get("telemetry"),
+            "compile_guard": self.compile_guard,
         }
 
 

@@ -31,6 +31,7 @@ def meta(job: Job, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
         "env": {v.name: "***" if v.secret else _shown_value(v.value) for v in pb.env},
         "gpus": list(job.run_gpus),
         "phase": phase,
+        "compile_guard": pb.launch.compile_guard,
         "launched_by": holder_id(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **extra,
@@ -152,4 +153,5 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
         "command": command,
         "workdir": workdir(job),
         "watch": watch,
+        "compile_guard": job.playbook.launch.compile_guard,
     }).encode()

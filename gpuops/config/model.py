@@ -84,6 +84,7 @@ class Warmup:
 class Launch:
     session: str
     command: str
+    compile_guard: bool = False  # warmup and training run under gpuops' compile guard (docs/compile-guard.md)
 
 
 @dataclass(frozen=True)

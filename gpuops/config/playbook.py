@@ -24,7 +24,7 @@ PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "wa
                  "restart")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
-LAUNCH_KEYS = ("session", "command")
+LAUNCH_KEYS = ("session", "command", "compile_guard")
 ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
 MAX_ENV_STRING = 131072  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value (its NUL counted)
@@ -250,7 +250,8 @@ def _launch(node: Node) -> Launch:
     if problem:
         raise ConfigError(session_node.mark, f"invalid tmux session name {session!r}: {problem}")
     command = s.nonempty(sec.require("command", "the training command"), "a command")
-    return Launch(session=session, command=command)
+    guard = sec.get("compile_guard")
+    return Launch(session=session, command=command, compile_guard=s.boolean(guard) if guard is not None else False)
 
 
 def _session_problem(session: str) -> str | None:

@@ -76,6 +76,13 @@ list_sessions "$@" | while IFS= read -r S; do
     fi
   fi
   [ -f "$D/log" ] && echo "@@gpuops log $(stat -c '%s %Y' "$D/log")"
+  # The compile guard's counts, one record per Python process that compiled (at most 64).
+  n=0
+  for f in "$D"/compile-guard-counts/*.json; do
+    [ -f "$f" ] || continue
+    n=$((n + 1)); [ "$n" -le 64 ] || break
+    echo "@@gpuops guard_counts $(head -c 4096 "$f" | tr -d '\n')"
+  done
   if [ -n "$samples" ] && [ -f "$D/samples.jsonl" ]; then
     echo "@@gpuops samples"
     tail -c 24576 "$D/samples.jsonl"
