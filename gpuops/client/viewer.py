@@ -55,6 +55,7 @@ class Viewer:
         self.log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
         self.held: list[Any] = []  # our matches the watchdog has not reached yet
         self.reported: set[tuple[str, int]] = set()  # (rule, offset) the watchdog reported
+        self.shown: set[tuple[str, int]] = set()  # (rule, offset) we matched and showed ourselves
         self.wd_offset = -1
         self.watching = False  # True: the watchdog is gone and we watch the run ourselves
         self.first_abort: Any = None
@@ -106,6 +107,7 @@ class Viewer:
         """A match we act on ourselves (the watchdog is gone and never reported it)."""
         if (hit.rule, hit.offset) in self.reported:
             return
+        self.shown.add((hit.rule, hit.offset))
         yield self.event("match", **_hit_data(hit, "client"))
         if hit.action == "abort" and self.first_abort is None:
             self.first_abort = hit
@@ -121,7 +123,10 @@ class Viewer:
         if kind == "restart":
             self.new_attempt(rec)
         if kind == "match":
-            self.reported.add((rec.get("rule"), rec.get("offset")))
+            key = (rec.get("rule"), rec.get("offset"))
+            self.reported.add(key)
+            if rec.get("offset") is not None and key in self.shown:
+                return  # a watchdog that came back found the line we already showed (and acted on)
             if rec.get("action") == "abort" and self.first_abort is None:
                 self.first_abort = rec
         if kind in _SHOWN:
