@@ -128,6 +128,15 @@ _WATCHDOG_WORDS = {
 }
 
 
+#: Control characters (C0 but tab and newline, DEL, C1) in gpuops' own words, e.g. a matched log line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: a log line's NUL, bell or escape shown as \\xNN, never acted on by the terminal."""
+    return _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group(0)), text)
+
+
 class TextRenderer:
     """Human output: log bytes as they are on stdout, gpuops' own words on stderr.
 
@@ -144,6 +153,7 @@ class TextRenderer:
         self._partial: dict[str, bytes] = {}  # multi: each target's unfinished log line
 
     def say(self, text: str) -> None:
+        text = printable(text)
         if self._progress is not None:
             self._progress.console.print(text, markup=False, highlight=False, emoji=False)
             return
