@@ -113,3 +113,15 @@ def test_nvidia_smi_failure_is_an_error_state(tmp_path: Path) -> None:
     smi.chmod(0o755)
     probe = parse_probe(_run_probe(tmp_path, ("x",), path=f"{bindir}:/usr/bin:/bin"))
     assert probe.smi == "error" and "couldn't communicate" in (probe.smi_error or "")
+
+
+def test_an_abort_record_holding_a_long_escaped_line_still_names_its_rule(tmp_path: Path) -> None:
+    # issue 19.12: a matched line of 20,000 NULs is 120 KB once JSON-escaped; the probe read 64 KiB of
+    # abort.json, and every client said "rule 'None' matched (stopped by someone)"
+    line = "\x00" * 20000 + " BOOM"
+    abort = json.dumps({"reason": "match", "rule": "boom", "by": "watchdog", "line": line, "excerpt": line})
+    assert len(abort) > 200_000
+    _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json="{}", log="", abort_json=abort)
+    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    assert run.abort["rule"] == "boom" and run.abort["by"] == "watchdog" and run.abort["line"] == line
+    assert run.state == "aborted" and run.outcome_code() == 7
