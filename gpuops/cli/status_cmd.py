@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from gpuops.cli.status_view import plain_lines, rich_view
 from gpuops.errors import status_exit
@@ -13,7 +13,6 @@ from gpuops.errors import status_exit
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
-    from gpuops.client.status import gather
     from gpuops.transport import Pool
 
     from gpuops.cli.targets import select_targets
@@ -26,8 +25,10 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
         if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
             return _watch(pool, inv, targets, sessions, watch_every)
         while True:
-            results = gather(pool, inv, targets, sessions)
-            _print(results, as_json)
+            results = []
+            for result in each_status(pool, inv, targets, sessions):  # each as soon as it is read
+                _print([result], as_json)
+                results.append(result)
             if not watch_every:
                 return _code(results)
             time.sleep(watch_every)
@@ -36,6 +37,21 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
 
         report_cost(verbose, pool.transports())
         pool.close()
+
+
+def each_status(pool: Any, inv: Any, targets: list[Any], sessions: Any) -> Iterator[Any]:
+    """Each target's status as soon as it is read: a host that never answers holds up only its own
+    (for at most its connect timeout and retries), not the targets already read."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from gpuops.client.status import MAX_PARALLEL, probe_target
+
+    if len(targets) == 1:
+        yield probe_target(pool, inv, targets[0], sessions)
+        return
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as ex:
+        for future in as_completed([ex.submit(probe_target, pool, inv, t, sessions) for t in targets]):
+            yield future.result()
 
 
 def _code(results: list[Any]) -> int:
