@@ -219,3 +219,42 @@ def test_the_restarted_attempt_runs_under_the_compile_guard_with_the_playbooks_p
     assert "compile guarded" in second and "guard=1" in second, second
     path = next(line for line in second.splitlines() if line.startswith("pythonpath ")).split(" ", 1)[1].split(":")
     assert path[0].endswith("gpuops_agent/guard/pythonpath") and path[1:] == [str(standins)], path
+
+
+def test_a_watchdog_killed_while_the_next_attempt_waits_comes_back_and_restarts_it(ct: Ct) -> None:
+    import os
+    import signal
+
+    from bench import procs
+
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"))
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 4})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: heartbeat(d).get("state") == "restarting" and restart_events(d), timeout=60,
+               message="the next attempt to wait out its delay")
+    pid = heartbeat(d)["pid"]
+    os.kill(pid, signal.SIGKILL)  # in the delay: its supervisor starts a new watchdog, which carries on
+    wait_until(lambda: not procs.is_alive(pid), timeout=30, message="the watchdog to die")
+    wait_until(lambda: run_over(ct), timeout=90, message="the restarted attempt to finish")
+    assert (d / "exit_code").read_text().strip() == "0" and b"step 3/3" in ct.log()
+    assert len(restart_events(d)) == 1  # one restart, not one per watchdog
+    assert [e["attempt"] for e in events(d) if e.get("event") == "attempt_started"] == [2]
+    after = ct.gpuops("logs", "-f", "--json")
+    assert (after.code, after.events()[-1]["attempts"]) == (0, 2), after
+
+
+def test_warmup_true_runs_the_warmup_again_before_the_restarted_attempt(ct: Ct) -> None:
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
+    path = with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 0, "warmup": True})
+    data = yaml.safe_load(path.read_text())
+    data["warmup"] = {"gpus": [5, 6], "command": "fake-warmup --gpu {gpu} --duration 0.2 --steps 2"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    d = ct.run_dir()
+    for gpu in (5, 6):  # launch's warmup and the restart's, one after the other, in the GPU's log
+        assert (d / f"warmup-{gpu}.log").read_text().count(f"[warmup gpu{gpu}] done in") == 2, gpu
+    (restart,) = [e for e in result.events() if e["event"] == "restart"]
+    assert restart["warmup"] is True
+    ct.assert_run_gone()
