@@ -31,8 +31,8 @@ def current(d: str) -> Dict[str, Any]:
     """The current attempt's record; attempt 1 (running) when the run never restarted."""
     rec = read_json(os.path.join(d, p.ATTEMPT)) or {}
     n = rec.get("attempt")
-    if not isinstance(n, int) or n < 1:
-        return {"attempt": 1, "state": p.ATTEMPT_RUNNING}
+    if not isinstance(n, int) or n < 1:  # the first attempt: guarded if launch.compile_guard wrote the record
+        return {"attempt": 1, "state": p.ATTEMPT_RUNNING, "compile_guard": os.path.exists(os.path.join(d, p.COMPILE_GUARD))}
     return rec
 
 
