@@ -144,6 +144,16 @@ def case_flex():
     return in_threads(work, steps=5)
 
 
+def case_global_state():
+    """What the guard cannot see: each thread's compiled function warmed alone, then the default
+    dtype changed (global state dynamo guards on): the same arguments, a recompile in every thread."""
+    fns = [torch.compile(step) for _ in range(THREADS)]
+    for fn in fns:
+        fn(x(4, 32), x(4, 32))
+    torch.set_default_dtype(torch.float16)
+    return in_threads(lambda i: fns[i](x(4, 32), x(4, 32)), steps=1)
+
+
 def case_nocompile():
     """torch imported, nothing compiled."""
     return []

@@ -65,6 +65,14 @@ def test_each_new_signature_is_one_serialized_first_call_and_waits_are_counted()
     assert functions["counts"]["waits"] >= 2 and functions["counts"]["waited_s"] > 0
 
 
+def test_a_recompile_caused_by_global_state_is_not_serialized_as_the_docs_say() -> None:
+    """docs/compile-guard.md: the key does not see global state, so that recompile runs under the
+    shared lock and races as before (the guard serialized only the warm-up first calls)."""
+    out = run_case("global_state", job_env(True))
+    assert out["guarded"] is True and out["counts"]["serialized"] == 3
+    assert out["errors"] and set(out["errors"]) == {FX}
+
+
 def test_the_switch_is_the_variable_as_well_as_the_path() -> None:
     """The folder on PYTHONPATH without GPUOPS_COMPILE_GUARD=1 installs nothing (one process can opt out)."""
     env = job_env(True)

@@ -2,7 +2,7 @@
 
 Only what the guard touches, each as PyTorch 2.11 spells it: ``torch.compile`` with its real
 signature and both decorator forms; ``Tensor`` (shape, stride(), dtype, device, requires_grad);
-``nn.Module`` with ``compile()`` (``torch.compile(self._call_impl)``); grad mode; and a compiled
+``nn.Module`` with ``compile()`` (``torch.compile(self._call_impl)``); grad mode and the default dtype (global state dynamo guards on); and a compiled
 object that misbehaves as the real one does before 2.14 (REFERENCE.md, "PyTorch failure
 texts"): its first call per guard set traces with a process-global FX flag set, for
 TORCH_STANDIN_COMPILE_SECONDS (default 0.2), and any compiled call that starts while that flag
@@ -119,6 +119,16 @@ def randn(*size, dtype=None, device="cpu", requires_grad=False):  # noqa: A002
 zeros = ones = randn
 
 _grad_enabled = [True]
+_default_dtype = [float32]
+
+
+def get_default_dtype():
+    return _default_dtype[0]
+
+
+def set_default_dtype(d):
+    """Process-global state dynamo guards on (its global state guard): a change recompiles."""
+    _default_dtype[0] = d
 
 
 def is_grad_enabled():

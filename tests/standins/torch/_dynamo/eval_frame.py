@@ -49,7 +49,7 @@ def _compile(fn, owner=None):
         if _is_fx_tracing_flag[0]:
             raise RuntimeError(FX_ERROR)
         guards = (tuple(_guard(a) for a in args), tuple((k, _guard(v)) for k, v in kwargs.items()),
-                  torch.is_grad_enabled(), getattr(owner, "training", None))
+                  torch.is_grad_enabled(), getattr(owner, "training", None), torch.get_default_dtype().name)
         if guards not in cache:
             with _flag_lock:
                 _is_fx_tracing_flag[0] += 1
