@@ -35,7 +35,6 @@ class Counts:
             "schema_version": SCHEMA_VERSION,
             "pid": os.getpid(),
             "phase": os.environ.get("GPUOPS_PHASE") or "training",
-            "attempt": os.environ.get("GPUOPS_ATTEMPT") or None,
             "compiled": self.compiled,
             "serialized": self.serialized,
             "first_call_s": round(self.first_call_s, 3),
