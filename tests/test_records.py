@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.client.runs import RunInfo
+from gpuops.agent.protocol import SCHEMA_VERSION
 from gpuops.agent.records import command_exit_code, outcome, read_json, write_json_atomic
 
 CASES = [
@@ -61,7 +62,7 @@ def test_write_json_atomic_replaces_whole_and_leaves_no_temporary(tmp_path: Path
     path = tmp_path / "profile.json"
     path.write_text("old")
     write_json_atomic(str(path), {"outcome": "succeeded", "n": 1})
-    assert read_json(str(path)) == {"outcome": "succeeded", "n": 1}
+    assert read_json(str(path)) == {"outcome": "succeeded", "n": 1, "schema_version": SCHEMA_VERSION}
     assert os.listdir(tmp_path) == ["profile.json"]
 
 

@@ -28,7 +28,7 @@ from bench import SYSTEM_PATH, FakeProxmox, LocalEnv, SshServer, wait_until, wri
 REPO = Path(__file__).resolve().parent.parent
 GPUOPS_VARS = ("GPUOPS_INVENTORY", "GPUOPS_PLAYBOOK", "GPUOPS_TARGET", "GPUOPS_CONNECT_RETRY_TIME")
 TOTAL = 143771  # an H200's memory.total in MiB, as the nvidia-smi stand-in reports it
-STATUS_KEYS = {"ts", "event", "target", "host", "ctid", "reachable", "error", "hint", "container",
+STATUS_KEYS = {"schema_version", "ts", "event", "target", "host", "ctid", "reachable", "error", "hint", "container",
                "nvidia_smi", "nvidia_smi_error", "gpus", "sessions"}  # fmt: skip
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
 RUN_KEYS = {"id", "session", "state", "exit_code", "started_at", "playbook", "seconds_since_log", "log_bytes",

@@ -201,3 +201,50 @@ def test_the_agents_exit_codes_are_the_contracts() -> None:
     assert (p.EXIT_OK, p.EXIT_CONNECT, p.EXIT_WARMUP, p.EXIT_FAILED, p.EXIT_ABORTED, p.EXIT_STALLED, p.EXIT_TIMEOUT,
             p.EXIT_INTERRUPTED) == (ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED,
                                     ExitCode.ABORTED, ExitCode.STALLED, ExitCode.TIMEOUT, ExitCode.INTERRUPTED)
+
+
+def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json(fake: FakeProxmox) -> None:
+    """abort.json and abort-done.json carry schema_version; a watch.json without one (an older run) still
+    gives the run's settings, the defaults filling what it lacks."""
+    d = make_run(fake, **{p.WATCH: json.dumps({"session": "gone-session", "gpus": []})})
+    done = agent(fake, "abort", RUN_ID, "client", stdin=json.dumps({"reason": "stop"}))
+    assert done.returncode == 0, done.stderr
+    said = p.parse_abort(done.stdout)
+    assert said.claimed is not None and said.claimed["reason"] == "stop" and said.done is not None
+    for name in (p.ABORT, p.ABORT_DONE):
+        assert json.loads((d / name).read_text())["schema_version"] == p.SCHEMA_VERSION, name
+    assert said.claimed["schema_version"] == p.SCHEMA_VERSION
+
+
+def test_watch_json_defaults_are_spelled_once() -> None:
+    """The abort's grace, its signal, the stall timeout, the sample interval and the drain's memory
+    threshold come from gpuops/agent/watchfile.py; no other module spells them as a literal default."""
+    import re
+
+    from gpuops.agent import watchfile
+    from gpuops.config import model
+
+    literals = [r"""["']grace["'],\s*30\b""", r"grace:\s*float\s*=\s*30", r"""["']signal["'],\s*["']INT""",
+                r"""sample_interval["']\)\s*or\s*2""", r"""["']timeout["'],\s*900""", r"stall_timeout:\s*float\s*=\s*9",
+                r"""max_memory_used_mib["'],\s*500""", r"max_memory_used_mib:\s*int\s*=\s*5", r"signal:\s*str\s*=\s*[\"']"]
+    found = [f"{path.relative_to(REPO)}: {pattern}" for path in sorted((REPO / "gpuops").rglob("*.py"))
+             if path.name != "watchfile.py" for pattern in literals if re.search(pattern, path.read_text())]
+    assert found == []
+    assert (model.Abort().grace, model.Abort().signal, model.Watch().stall_timeout, model.Watch().sample_interval) == (
+        watchfile.ABORT_GRACE, watchfile.ABORT_SIGNAL, watchfile.STALL_TIMEOUT, watchfile.SAMPLE_INTERVAL)
+    assert watchfile.abort_settings({}) == ("INT", 30.0) and watchfile.stall_settings({}) == (900.0, None)
+
+
+def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:
+    import io
+
+    from gpuops.cli.render import JsonRenderer
+    from gpuops.client.events import Event, Outcome
+
+    out = io.StringIO()
+    renderer = JsonRenderer(out)
+    renderer.event(Event("started", "ct200", RUN_ID, {"session": "train"}))
+    renderer.outcome(Outcome("succeeded", 0, "done", {"run": RUN_ID}))
+    objs = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [o["event"] for o in objs] == ["started", "summary"]
+    assert all(o["schema_version"] == p.SCHEMA_VERSION for o in objs)

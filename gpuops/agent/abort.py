@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import protocol as p
 from . import restarts, tmux
+from . import watchfile
 from .procs import parents, run_of, running, started_at
 from .records import read_json, write_json_atomic
 from .smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
@@ -39,7 +40,7 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
     path = os.path.join(d, p.ABORT)
     tmp = "%s.claim.%d.%d" % (path, os.getpid(), time.monotonic_ns())
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+        fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
     try:
         os.link(tmp, path)
         return True, record
@@ -202,15 +203,13 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     started = time.monotonic()
     cfg = run_config(d, cfg)
     session = str(cfg.get("session") or "")
-    ab = cfg.get("abort") or {}
-    grace = float(ab.get("grace", 30.0))
+    name, grace = watchfile.abort_settings(cfg)
     run_id = os.path.basename(d)
     if _session_live(d, session, run_id):
         # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
         # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
         sent_at = _signalled(d)
         if sent_at is None:
-            name = ab.get("signal", "INT")
             if name == "INT":
                 tmux.interrupt(session)
             else:
@@ -223,7 +222,7 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
         tmux.kill(session)
     gone_at = time.time()
     survivors = reap(run_id)
-    gpus, held_by = drain_or_name(d, list(cfg.get("gpus") or []), int(cfg.get("max_memory_used_mib", 500)))
+    gpus, held_by = drain_or_name(d, list(cfg.get("gpus") or []), watchfile.max_memory_used_mib(cfg))
     result = {"survivors": survivors, "gpus": gpus, **({"held_by": held_by} if held_by else {}), "seconds": round(time.monotonic() - started, 3),
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _retry_write(lambda: write_json_atomic(os.path.join(d, p.ABORT_DONE), result))
@@ -320,10 +319,11 @@ def tool_abort(argv: List[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     d = p.run_dir(run_id)
     record = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
-    cfg = run_config(d, read_json(os.path.join(d, p.WATCH)))
-    cfg.setdefault("abort", {"signal": record.get("signal") or "INT", "grace": record.get("grace", 30.0)})
+    cfg = run_config(d, watchfile.read(d))
+    cfg.setdefault("abort", {"signal": record.get("signal") or watchfile.ABORT_SIGNAL,
+                             "grace": record.get("grace", watchfile.ABORT_GRACE)})
     record.update({"by": by, "pid": os.getpid()})
-    grace = float((cfg.get("abort") or {}).get("grace", 30.0))
+    grace = watchfile.abort_settings(cfg)[1]
     done: Optional[Dict[str, Any]] = None
     for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
         attempt = restarts.current(d)["attempt"]

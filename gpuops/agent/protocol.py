@@ -22,6 +22,18 @@ from .wire_marks import (  # noqa: F401
     parse_start, said_need_lib, said_stopped,
 )
 
+#: The version of every record the agent writes in a run directory and of every JSON object `--json`
+#: prints, as their `schema_version`. Readers take a record without one for an older run's (version 0).
+SCHEMA_VERSION = 1
+
+
+def versioned(record: dict) -> dict:
+    """The record, given its schema_version in place (so what a writer returns is what it wrote); one
+    that has a version keeps it."""
+    record.setdefault("schema_version", SCHEMA_VERSION)
+    return record
+
+
 # -- where things live on the target (relative to the target user's $HOME) --------------------
 STATE_DIR = ".gpuops"
 RUNS = "runs"

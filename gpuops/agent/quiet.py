@@ -15,6 +15,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import protocol as p
+from . import watchfile
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
@@ -160,7 +161,7 @@ class Quiet:
     def __init__(self, d: str, cfg: Dict[str, Any], started: float) -> None:
         self.d, self.cfg, self.started = d, cfg, started
         self.gpus = [int(g) for g in cfg.get("gpus") or []]
-        self.interval = float(cfg.get("sample_interval") or 2.0)
+        self.interval = watchfile.sample_interval(cfg)
         self.telemetry = TelemetryLog(d)
         self.figures = Figures()
         meta = read_json(os.path.join(d, p.META)) or {}

@@ -84,7 +84,9 @@ def read_json(path: str, limit: int = 1 << 20) -> dict | None:
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
-    """Write obj as JSON via a temporary file and a rename: a reader sees the old or the new record, whole."""
+    """Write obj as JSON via a temporary file and a rename: a reader sees the old or the new record, whole
+    (an object gets its schema_version)."""
+    obj = p.versioned(obj) if isinstance(obj, dict) else obj
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:

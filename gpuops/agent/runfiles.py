@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict
 
 from . import protocol as p
+from . import watchfile
 from .records import write_json_atomic
 
 #: The records `record` may rewrite (the others are written once, by their owners).
@@ -38,7 +39,7 @@ def prepare(run_id: str, spec: Dict[str, Any], home: str = "") -> str:
     _write(os.path.join(d, p.ENV), spec["env"], 0o600)
     _write(os.path.join(d, p.COMMAND), spec["command"], 0o600)
     _write(os.path.join(d, p.WORKDIR), spec.get("workdir") or "", 0o600)
-    _write(os.path.join(d, p.WATCH), json.dumps(spec["watch"], sort_keys=True) + "\n", 0o600)
+    watchfile.write(d, spec["watch"])
     if spec.get("compile_guard"):  # launch.compile_guard: warmup and training run under the guard
         _write(os.path.join(d, p.COMPILE_GUARD), "1\n", 0o600)
     pointer = os.path.join(state, p.SESSIONS, spec["session"])
@@ -78,7 +79,7 @@ def append_event(d: str, event: str, **data: Any) -> None:
     """One line appended to the run's events.jsonl (O_APPEND: whole lines, whoever writes)."""
     import time
 
-    record = {"ts": round(time.time(), 3), "event": event, "by": "watchdog", **data}
+    record = {"schema_version": p.SCHEMA_VERSION, "ts": round(time.time(), 3), "event": event, "by": "watchdog", **data}
     fd = os.open(os.path.join(d, p.EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from .watchfile import STALL_AUTO
+
 __all__ = ["AUTO_DEFAULTS", "MIN_GAPS", "StallClock"]
 
 #: floor and initial in seconds, settle in seconds after the run started.
-AUTO_DEFAULTS: Dict[str, float] = {"floor": 30.0, "factor": 5.0, "settle": 60.0, "initial": 900.0}
+AUTO_DEFAULTS: Dict[str, float] = STALL_AUTO  # watch.json's defaults live in watchfile
 #: Gaps between growths seen after settle before the learned timeout replaces `initial`.
 MIN_GAPS = 5
 

@@ -16,6 +16,7 @@ from typing import List
 
 from . import protocol as p
 from . import tmux
+from . import watchfile
 from .records import read_json, read_text
 
 LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,7 +79,7 @@ def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedPro
 def main(argv: List[str]) -> int:
     (run_id,) = argv
     d = p.run_dir(run_id)
-    cfg = read_json(os.path.join(d, p.WATCH)) or {}
+    cfg = watchfile.read(d) or {}
     session = cfg.get("session") or ""
     if os.path.exists(os.path.join(d, p.ABORT)):
         print(p.mark("stopped"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import watchfile
 from .signatures import Matcher, Rule, builtin_rules, metric_rule, regex_rule
 from .signatures.budget import Guard
 
@@ -48,5 +49,4 @@ def build_matcher(cfg: Dict[str, Any], offset: int = 0, line: int = 1, mask: Opt
 
 def stall_config(cfg: Dict[str, Any]) -> Tuple[float, Optional[Dict[str, float]]]:
     """(timeout, auto settings or None) for StallClock; timeout 0 is off."""
-    stall = cfg.get("stall") or {}
-    return float(stall.get("timeout", 900.0)), stall.get("auto")
+    return watchfile.stall_settings(cfg)

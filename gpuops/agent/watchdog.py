@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
 from . import restarts, tmux
+from . import watchfile
 from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
 from .masking import Masker
 from .quiet import Quiet
@@ -47,7 +48,7 @@ def _write_state(path: str, record: Dict[str, Any]) -> Optional[OSError]:
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+            fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
         os.replace(tmp, path)
         return None
     except OSError as exc:
@@ -273,9 +274,9 @@ class Watchdog:
         """Claim the abort and run the sequence in the background (heartbeats go on meanwhile)."""
         if self.status != "watching":
             return
-        ab = self.cfg.get("abort") or {}
+        sig, grace = watchfile.abort_settings(self.cfg)
         record = {"reason": reason, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "signal": ab.get("signal", "INT"), "grace": ab.get("grace", 30), "by": "watchdog", "pid": os.getpid()}
+                  "signal": sig, "grace": grace, "by": "watchdog", "pid": os.getpid()}
         record.update({k: v for k, v in why.items() if v is not None})
         try:
             won, current = claim(self.d, record)
@@ -450,7 +451,7 @@ def main(argv: list) -> int:
     d = p.run_dir(run_id)
     lock = open(os.path.join(d, p.WATCHDOG_LOCK), "a")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one watchdog per run: a second waits for the first to end
-    cfg = read_json(os.path.join(d, p.WATCH))
+    cfg = watchfile.read(d)
     if cfg is None:
         sys.stderr.write("watchdog: no readable %s in %s\n" % (p.WATCH, d))
         return 3

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from gpuops.agent.protocol import SCHEMA_VERSION
 from gpuops.client.events import Event, Outcome
 
 
@@ -18,6 +19,16 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 def iso(ts: float) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def json_line(obj: dict[str, Any], *, ensure_ascii: bool = True) -> str:
+    """One JSON object of `--json` output, carrying its schema_version (the one place it is added)."""
+    text = json.dumps({**obj, "schema_version": SCHEMA_VERSION}, ensure_ascii=ensure_ascii, default=str)
+    # Line separators other than \n are legal raw inside JSON strings, but many line readers
+    # (Python's splitlines, JavaScript) break lines there: escape them, so one event is one line.
+    for sep in _LINE_BREAKS:
+        text = text.replace(sep, f"\\u{ord(sep):04x}")
+    return text
 
 
 class JsonRenderer:
@@ -32,12 +43,7 @@ class JsonRenderer:
         self.held: list[dict[str, Any]] | None = [] if hold_summaries else None
 
     def emit(self, obj: dict[str, Any]) -> None:
-        text = json.dumps(obj, ensure_ascii=False, default=str)
-        # Line separators other than \n are legal raw inside JSON strings, but many line readers
-        # (Python's splitlines, JavaScript) break lines there: escape them, so one event is one line.
-        for sep in _LINE_BREAKS:
-            text = text.replace(sep, f"\\u{ord(sep):04x}")
-        self.out.write(text + "\n")
+        self.out.write(json_line(obj, ensure_ascii=False) + "\n")
         self.out.flush()
 
     def event(self, ev: Event) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
@@ -55,11 +54,11 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
 
 
 def _json(target: str, rows: list[dict[str, Any]]) -> None:
-    from gpuops.cli.render import iso
+    from gpuops.cli.render import iso, json_line
 
     for row in rows:
         obj = {"ts": iso(time.time()), "event": "run", "target": target, **row}
-        sys.stdout.write(json.dumps(obj, default=str) + "\n")
+        sys.stdout.write(json_line(obj) + "\n")
 
 
 def _figure(value: Any) -> str:

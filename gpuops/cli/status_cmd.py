@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Iterator
@@ -61,10 +60,10 @@ def _code(results: list[Any]) -> int:
 
 def _print(results: list[Any], as_json: bool) -> None:
     if as_json:
-        from gpuops.cli.render import iso
+        from gpuops.cli.render import iso, json_line
 
         for r in results:
-            sys.stdout.write(json.dumps({"ts": iso(time.time()), "event": "status", **r.as_json()}, default=str) + "\n")
+            sys.stdout.write(json_line({"ts": iso(time.time()), "event": "status", **r.as_json()}) + "\n")
         sys.stdout.flush()
         return
     if sys.stdout.isatty():

@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any
 
+from gpuops.agent import watchfile
 from gpuops.command import Secret, Script, export
 from gpuops.client.job import Job, holder_id
 from gpuops.client.runs import dumps
@@ -98,28 +99,27 @@ def _detector(value: Any) -> Any:
 def watch_config(job: Job, run_id: str) -> dict[str, Any]:
     """watch.json: everything the watchdog (or a client taking over) needs to watch and stop the run."""
     pb, w = job.playbook, job.playbook.watch
-    auto = getattr(w, "stall_auto", None)
     env = {v.name: v.value for v in pb.env if not v.secret}
-    return {
-        "run": run_id,
-        "playbook": pb.name,
-        "session": job.session,
-        "gpus": list(job.run_gpus),
-        "max_memory_used_mib": pb.preflight.max_memory_used_mib,
-        "abort": {"signal": pb.abort.signal, "grace": pb.abort.grace},
-        "builtin": w.builtin,
-        "builtin_rules": dict(getattr(w, "builtin_rules", ()) or ()),
-        "rules": [{"name": r.name, "pattern": r.pattern, "action": r.action} for r in w.rules],
-        "stall": {"timeout": w.stall_timeout, "auto": plain(auto)},
-        "sample_interval": getattr(w, "sample_interval", 2.0),
-        "throughput": _detector(getattr(w, "throughput", None)),
-        "gpu_memory": _detector(getattr(w, "gpu_memory", None)),
-        "compile_after_warmup": _detector(getattr(w, "compile_after_warmup", None)),
-        "recompiles": getattr(w, "recompiles", False),
-        "env": env,
-        "secrets": list(pb.secrets),
-        "restart": restart_config(job),
-    }
+    return watchfile.compose(
+        run=run_id,
+        playbook=pb.name,
+        session=job.session,
+        gpus=list(job.run_gpus),
+        max_memory_used_mib=pb.preflight.max_memory_used_mib,
+        abort={"signal": pb.abort.signal, "grace": pb.abort.grace},
+        builtin=w.builtin,
+        builtin_rules=dict(w.builtin_rules or ()),
+        rules=[{"name": r.name, "pattern": r.pattern, "action": r.action} for r in w.rules],
+        stall={"timeout": w.stall_timeout, "auto": plain(w.stall_auto)},
+        sample_interval=w.sample_interval,
+        throughput=_detector(w.throughput),
+        gpu_memory=_detector(w.gpu_memory),
+        compile_after_warmup=_detector(w.compile_after_warmup),
+        recompiles=w.recompiles,
+        env=env,
+        secrets=list(pb.secrets),
+        restart=restart_config(job),
+    )
 
 
 def restart_config(job: Job) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
+from gpuops.agent import watchfile as wf
 from gpuops.errors import Mark
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -65,7 +66,7 @@ class EnvVar:
 @dataclass(frozen=True)
 class Preflight:
     gpus: tuple[int, ...] = ()
-    max_memory_used_mib: int = 500
+    max_memory_used_mib: int = wf.MAX_MEMORY_USED_MIB
     max_utilization_pct: int = 10
     allow_processes: bool = False
     gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
@@ -100,10 +101,10 @@ class RuleSpec:
 class StallAuto:
     """stall_timeout: auto learns the timeout from this run's gaps between log growths (README, watch)."""
 
-    floor: float = 30.0
-    factor: float = 5.0
-    settle: float = 60.0
-    initial: float = 900.0
+    floor: float = wf.STALL_AUTO["floor"]
+    factor: float = wf.STALL_AUTO["factor"]
+    settle: float = wf.STALL_AUTO["settle"]
+    initial: float = wf.STALL_AUTO["initial"]
 
 
 @dataclass(frozen=True)
@@ -111,31 +112,31 @@ class Throughput:
     """throughput-drop: the median figure over `window` below min_ratio x baseline."""
 
     pattern: str  # a Python regex; its first group is the figure
-    min_ratio: float = 0.5
+    min_ratio: float = wf.THROUGHPUT["min_ratio"]
     baseline: float | None = None  # None: the last successful run of this playbook on this target
-    settle: float = 60.0  # seconds after training starts before judging
-    window: float = 30.0
-    action: Literal["warn", "abort"] = "warn"
+    settle: float = wf.THROUGHPUT["settle"]  # seconds after training starts before judging
+    window: float = wf.THROUGHPUT["window"]
+    action: Literal["warn", "abort"] = wf.THROUGHPUT["action"]
 
 
 @dataclass(frozen=True)
 class GpuMemory:
     """gpu-memory-shift (steady level vs baseline, either way) and gpu-memory-volatile (max - min over window)."""
 
-    max_ratio: float = 1.5
-    max_swing_mib: int = 2048
+    max_ratio: float = wf.GPU_MEMORY["max_ratio"]
+    max_swing_mib: int = wf.GPU_MEMORY["max_swing_mib"]
     baseline: float | None = None  # MiB; None: the last successful run of this playbook on this target
-    settle: float = 60.0
-    window: float = 30.0
-    action: Literal["warn", "abort", "off"] = "warn"
+    settle: float = wf.GPU_MEMORY["settle"]
+    window: float = wf.GPU_MEMORY["window"]
+    action: Literal["warn", "abort", "off"] = wf.GPU_MEMORY["action"]
 
 
 @dataclass(frozen=True)
 class CompileAfterWarmup:
     """compile-after-warmup: new files in the inductor cache after training started (warmup missed a shape)."""
 
-    settle: float = 60.0
-    action: Literal["warn", "abort", "off"] = "warn"
+    settle: float = wf.COMPILE_AFTER_WARMUP["settle"]
+    action: Literal["warn", "abort", "off"] = wf.COMPILE_AFTER_WARMUP["action"]
     cache_dir: str | None = None  # None: /tmp/torchinductor_<user> on the target; env TORCHINDUCTOR_CACHE_DIR fills it
 
 
@@ -143,10 +144,10 @@ class CompileAfterWarmup:
 class Watch:
     builtin: bool = True
     rules: tuple[RuleSpec, ...] = ()
-    stall_timeout: float = 900.0  # 0 = off; with stall_auto, the initial timeout
+    stall_timeout: float = wf.STALL_TIMEOUT  # 0 = off; with stall_auto, the initial timeout
     builtin_rules: tuple[tuple[str, str], ...] = ()  # (built-in rule name, abort | warn | off), as written
     stall_auto: StallAuto | None = None  # set when stall_timeout: auto
-    sample_interval: float = 2.0  # seconds between GPU samples
+    sample_interval: float = wf.SAMPLE_INTERVAL  # seconds between GPU samples
     throughput: Throughput | None = None
     gpu_memory: GpuMemory = field(default_factory=GpuMemory)
     compile_after_warmup: CompileAfterWarmup = field(default_factory=CompileAfterWarmup)
@@ -166,8 +167,8 @@ class Restart:
 
 @dataclass(frozen=True)
 class Abort:
-    signal: str = "INT"  # a signal name without SIG
-    grace: float = 30.0
+    signal: str = wf.ABORT_SIGNAL  # a signal name without SIG
+    grace: float = wf.ABORT_GRACE
 
 
 @dataclass(frozen=True)
