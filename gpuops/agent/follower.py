@@ -16,8 +16,8 @@ from typing import BinaryIO, Optional
 
 from . import protocol as p
 from . import tmux
+from . import watchfile
 from .abort import claimer_dead, finish_orphan
-from .records import read_json
 from .procs import running
 
 POLL = 0.02
@@ -206,7 +206,7 @@ class Follower:
             return
         self.last_orphan_check = now
         if claimer_dead(self.d):
-            cfg = read_json(os.path.join(self.d, p.WATCH))
+            cfg = watchfile.read(self.d)
             self.finisher = threading.Thread(target=finish_orphan, args=(self.d, cfg), name="gpuops-finish")
             self.finisher.start()  # not a daemon: a client that goes away does not cut the sequence short
 

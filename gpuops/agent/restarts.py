@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import protocol as p
 from . import tmux
+from . import watchfile
 from .records import command_exit_code, outcome, read_json, read_text, write_json_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -192,7 +193,7 @@ def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[D
             return {"code": 124, "message": "warmup on GPU %d timed out after %gs" % (gpu, timeout)}
         if proc.returncode != 0:
             return {"code": proc.returncode, "message": "warmup on GPU %d exited with code %d" % (gpu, proc.returncode)}
-        drain([gpu], int(cfg.get("max_memory_used_mib", 500)), float(warm.get("drain_timeout") or 30.0))
+        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0))
     return None
 
 
@@ -212,7 +213,8 @@ def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> None:
     path = os.path.join(d, p.WATCHDOG)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"pid": os.getpid(), "ts": round(time.time(), 3), "state": p.WATCHDOG_RESTARTING,
+        fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
+                             "state": p.WATCHDOG_RESTARTING,
                              "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
                              "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
     os.replace(tmp, path)
