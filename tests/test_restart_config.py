@@ -96,3 +96,22 @@ def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guar
         assert text and "launch.compile_guard: true" in text and "restart:" in text and "compile_guard: true}" in text
         # No advice names a PyTorch version nobody verified (the old "torch >= 2.14" was one).
         assert not re.search(r"torch\s*[<>=]+\s*\d|\b2\.1\d\b", text), text
+
+
+@pytest.mark.parametrize(("on", "why"), [
+    ("recompile-limit", "only warns"),  # a built-in warn rule
+    ("throughput-drop", "is off"),  # no watch.throughput section
+    ("gpu-memory-shift", "only warns (action: warn)"),  # the detector's default
+])
+def test_a_name_that_never_ends_an_attempt_is_a_validate_warning_at_its_place(tmp_path: Path, on: str, why: str) -> None:
+    path = write(tmp_path, f"restart: {{max: 1, on: [stall, {on}]}}\n")
+    pb = load_playbook(path, environ={})
+    assert pb.warnings == (f"{path}:3:31: restart.on names '{on}', which {why}: it never ends an attempt, "
+                           "so it never restarts one",), pb.warnings
+    result = gpuops("validate", "-p", path)
+    assert result.code == 0 and f"restart.on names '{on}'" in result.err, result
+
+
+def test_abort_rules_and_stall_warn_nothing(tmp_path: Path) -> None:
+    pb = load_playbook(write(tmp_path, "restart: {max: 1, on: [fx-tracing-race, loss-nan, stall, failed]}\n"), environ={})
+    assert pb.warnings == ()

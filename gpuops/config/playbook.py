@@ -63,7 +63,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         launch=_launch(top.require("launch", "a mapping with session and command")),
         watch=(watch := parse_watch(top.get("watch"), env, warnings)),
         abort=_abort(top.get("abort")),
-        restart=parse_restart(top.get("restart"), watch),
+        restart=parse_restart(top.get("restart"), watch, warnings),
         warnings=tuple(warnings),
     )
 

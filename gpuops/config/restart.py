@@ -22,8 +22,9 @@ def known_names(watch: Watch) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found + [RESTART_STALL, RESTART_FAILED]))
 
 
-def parse_restart(node: Node | None, watch: Watch) -> Restart | None:
-    """None when the section is absent (no restarts)."""
+def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = None) -> Restart | None:
+    """None when the section is absent (no restarts); a name in `on` that can never end an attempt is a
+    validate warning."""
     if node is None or s.is_null(node):
         return None
     sec = s.Section(node, "restart", RESTART_KEYS)
@@ -32,6 +33,11 @@ def parse_restart(node: Node | None, watch: Watch) -> Restart | None:
         fields["max"] = s.integer(n, 0, MAX_RESTARTS, what="the number of restarts after the first attempt")
     if (n := sec.get("on")) is not None:
         fields["on"] = _names(n, watch)
+        for item in s.items(n, "rule names"):
+            why = _never_ends(str(getattr(item, "text", "")), watch)
+            if why and warnings is not None:
+                warnings.append(f"{item.mark}: restart.on names '{item.text}', which {why}: it never ends an "
+                                "attempt, so it never restarts one")
     if (n := sec.get("compile_guard")) is not None:
         fields["compile_guard"] = s.boolean(n)
     if (n := sec.get("delay")) is not None:
@@ -39,6 +45,30 @@ def parse_restart(node: Node | None, watch: Watch) -> Restart | None:
     if (n := sec.get("warmup")) is not None:
         fields["warmup"] = s.boolean(n)
     return Restart(**fields)  # type: ignore[arg-type]
+
+
+def _never_ends(name: str, watch: Watch) -> str | None:
+    """Why this rule cannot end an attempt (it only warns, or it is off), or None."""
+    from gpuops.agent import detectors
+    from gpuops.agent.protocol import RESTART_FAILED, RESTART_STALL
+    from gpuops.agent.signatures.matcher import builtin_rules
+
+    if name == RESTART_STALL:
+        return "is off (watch.stall_timeout: 0)" if watch.stall_timeout == 0 and watch.stall_auto is None else None
+    if name == RESTART_FAILED:
+        return None
+    own = {r.name: r.action for r in watch.rules}
+    if name in own:
+        return "only warns (its action)" if own[name] != "abort" else None
+    sections = {detectors.THROUGHPUT_DROP: watch.throughput, detectors.MEMORY_SHIFT: watch.gpu_memory,
+                detectors.MEMORY_VOLATILE: watch.gpu_memory, detectors.COMPILE_AFTER_WARMUP: watch.compile_after_warmup}
+    if name in sections:
+        action = getattr(sections[name], "action", "off") if sections[name] else "off"
+        return None if action == "abort" else ("is off" if action == "off" else "only warns (action: warn)")
+    if not watch.builtin:
+        return "is a built-in rule, and watch.builtin is false"
+    action = dict(watch.builtin_rules).get(name) or next((r.action for r in builtin_rules() if r.name == name), "abort")
+    return None if action == "abort" else ("is off" if action == "off" else "only warns")
 
 
 def _names(node: Node, watch: Watch) -> tuple[str, ...]:
