@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,14 @@ def case_smoke(work: Path, inv: Path, fake: FakeProxmox) -> None:
     run(work, inv, fake, "smoke", pb, "launch", "--json", "--yes")
 
 
+def knobs(work: Path, name: str, train: str) -> str:
+    """The drafter's options in a file that one command line of playbook `name` reads: a baseline is a run
+    with the same command and env, and the eager fallback comes without a change of command."""
+    path = work / f"{name}.knobs"
+    path.write_text(train + "\n")
+    return str(path)
+
+
 def playbook(work: Path, case: str, name: str, train: str, *, warm: str | None = "2048", env: dict | None = None,
              launch: dict | None = None, restart: dict | None = None, **watch: object) -> Path:
     data: dict = {
@@ -84,7 +93,8 @@ def playbook(work: Path, case: str, name: str, train: str, *, warm: str | None =
         "workdir": str(ROOT),
         "env": {"TORCHINDUCTOR_CACHE_DIR": WARM_CACHE, "PYTHONUNBUFFERED": "1", **(env or {})},
         "preflight": {"gpus": [0], "max_memory_used_mib": 2000},
-        "launch": {"session": f"real-{case}", "command": f"{DRAFTER} train {train}", **(launch or {})},
+        "launch": {"session": f"real-{case}", "command": f"{DRAFTER} train $(cat {shlex.quote(knobs(work, name, train))})",
+                   **(launch or {})},
         "watch": {**FAST_WATCH, **watch},
         "abort": {"signal": "INT", "grace": 15},
     }
