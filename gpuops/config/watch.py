@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence as Seq
 
+from gpuops.agent import watchfile as wf
 from gpuops.config import schema as s
 from gpuops.config.model import CompileAfterWarmup, EnvVar, GpuMemory, RuleSpec, StallAuto, Throughput, Watch
 from gpuops.config.yamlpos import Mapping, Node, Scalar
@@ -196,6 +197,10 @@ def _gpu_memory(node: Node, sampling: tuple[float, Mark | None]) -> GpuMemory:
     return GpuMemory(**fields)  # type: ignore[arg-type]
 
 
+#: Each judging detector's default window (watch.json's defaults live in gpuops/agent/watchfile.py).
+_DEFAULT_WINDOW = {"watch.throughput": wf.THROUGHPUT["window"], "watch.gpu_memory": wf.GPU_MEMORY["window"]}
+
+
 def _judging(
     sec: s.Section, where: str, actions: tuple[str, ...], sampling: tuple[float, Mark | None], unit: str = ""
 ) -> dict[str, object]:
@@ -209,7 +214,7 @@ def _judging(
     if (n := sec.get("action")) is not None:
         fields["action"] = s.choice(n, actions, "an action")
     if fields.get("action") != "off":
-        window = fields.get("window", 30.0)
+        window = fields.get("window", _DEFAULT_WINDOW[where])
         _check_window(window, sec.get("window"), where, sampling)  # type: ignore[arg-type]
     return fields
 
