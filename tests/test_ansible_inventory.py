@@ -213,7 +213,9 @@ def test_cli_validate_and_dry_run_read_an_ansible_inventory(tmp_path: Path) -> N
     assert validated.code == 0 and f"ok: {inv}: 4 host(s), 7 target(s)" in validated.err, validated
     planned = gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb), "-t", "ct200")
     assert planned.code == 0, planned
-    assert planned.text.startswith("# gpuops launch --dry-run: target ct200 via ssh root@10.1.2.6 -J 203.0.113.5"), planned
+    # The whole chain, each hop as user@host:port (the jump host's own user from the inventory).
+    assert planned.text.startswith("# gpuops launch --dry-run: target ct200 via ssh root@10.1.2.6:22 "
+                                   "-J jump@203.0.113.5:22,"), planned
     assert "pct exec 200 -- " in planned.text
     group = gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb), "-t", "h200")  # a group: each of its targets
     assert group.code == 0, group
@@ -232,14 +234,14 @@ def test_cli_validate_and_dry_run_read_an_ansible_inventory(tmp_path: Path) -> N
     ("inv.ini", "[gpu]\nct200 ansible_ssh_common_args='-J ct200'\n", "2:31: jump loop: ct200 -> ct200"),
     ("inv.ini", "a ansible_ssh_common_args='-J b'\nb ansible_ssh_common_args='-J a'\n", "2:27: jump loop: a -> b -> a"),
     ("inv.ini", "[gpu]\nh gpuops_gpus=[0,0]\n", "2:15: GPU 0 is listed twice in gpuops_gpus"),
-    ("inv.ini", "[g]\nh ansible_ssh_common_args=\"-o 'ProxyCommand=nc gw %h %p'\"\n",
-     "2:27: ProxyCommand 'nc gw %h %p' is not read by gpuops: write -o ProxyJump=[user@]host[:port] instead, "
-     "or a ProxyCommand of the form `ssh -W %h:%p [user@]host`"),
+    ("inv.ini", "[g]\nh ansible_ssh_common_args='-C -o ForwardAgent=yes'\n",
+     "2:30: ansible_ssh_common_args: ssh option 'forwardagent' is not honoured by gpuops (remove it; gpuops honours "
+     "connecttimeout, hostname, identityfile, port, proxycommand, proxyjump, serveraliveinterval, "
+     "stricthostkeychecking, user, userknownhostsfile)"),
+    ("inv.ini", "[g]\nh ansible_ssh_common_args='-L 8080:localhost:80'\n",
+     "2:27: ansible_ssh_common_args: ssh's -L is not honoured by gpuops (remove it)"),
     ("inv.yml", "all:\n  chilren:\n    gpu: {}\n",
      "2:3: unknown key 'chilren' in group 'all' (expected one of: children, hosts, vars); did you mean 'children'?"),
-    ("inv.yml", "all:\n  hosts:\n    ct200: {ansible_host: '{{ pve }}'}\n",
-     "3:27: expected a host name or IP address, got the Jinja template '{{ pve }}': gpuops does not evaluate "
-     "templates; write the value itself (a host_vars/ or group_vars/ file may hold it)"),
     ("inv.yml", "all:\n  children:\n    a: {children: {b: {children: {a: }}}}\n", "3:5: group loop: a -> b -> a"),
     # A loop no path from all reaches (each group is the other's child, so neither belongs to all): it
     # crashed (KeyError) where the loop should be named; hypothesis found it.

@@ -89,7 +89,8 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     header = result.stdout.splitlines()[0]
-    assert header == ("# gpuops launch --dry-run: target ct200 via ssh root@10.1.2.6 -p 22 -J bastion, "
+    # The whole chain as ssh resolves it, each hop user@host:port (the jump's own user and port too).
+    assert header == ("# gpuops launch --dry-run: target ct200 via ssh root@10.1.2.6:22 -J ops@10.1.2.5:22, "
                       "each line below sent as the remote command:")  # fmt: skip
     found = steps(result.stdout)
     names = list(found)
@@ -182,7 +183,7 @@ def test_dry_run_connects_to_nothing_and_creates_nothing(lab: tuple[SshServer, F
         result = gpuops("launch", "--dry-run", *extra, "-i", str(inv), "-p", str(pb))
         assert result.returncode == 0, result.stderr
         assert "pct exec 200 -- bash -c" in result.stdout
-    assert f"via ssh {sshd.user}@127.0.0.1 -p {sshd.port}," in gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb)).stdout
+    assert f"via ssh {sshd.user}@127.0.0.1:{sshd.port}," in gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb)).stdout
     assert sshd.connection_count() == 0
     assert tree(fake.root) == before  # no run dir, no lock, no session file, no warmup log
     assert tree(tmp_path) == local_before

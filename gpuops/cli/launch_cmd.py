@@ -88,10 +88,10 @@ def _dry_run_one(job: Any, out: Any) -> None:
     if host.transport == "local":
         where = "this machine (local), each command executed as argv without a login shell:"
     else:
-        user = f"{host.user}@" if host.user else ""
-        port = f" -p {host.port}" if host.port else ""
-        jump = f" -J {host.jump}" if host.jump else ""
-        where = f"ssh {user}{host.address or host.name}{port}{jump}, each line below sent as the remote command:"
+        from gpuops.transport.describe import connection, spelled
+
+        # The whole chain as ssh resolves it (`ssh -G`: nothing connects), each hop user@host:port.
+        where = f"{spelled(connection(job.inventory, job.target))}, each line below sent as the remote command:"
     steps = plan(job)
     if out is not None:
         import time

@@ -30,7 +30,7 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     defaults to its target, and checks every target against its GPUs; the others (status, runs) take an
     optional playbook and default to its target, else to every target of the inventory."""
     from gpuops.config import load_inventory, load_playbook, resolve_target
-    from gpuops.config.inventory import resolve_targets
+    from gpuops.config.inventory import resolve_targets, usable
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
     if run:
@@ -38,13 +38,13 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     else:
         pb = load_playbook(playbook, need_env=need_env) if playbook else None
     if every:
-        chosen = list(inv.targets.values())
+        chosen = usable(inv, [*inv.targets, *inv.broken])  # a target that cannot be used is said, not skipped
     elif names:
         chosen = resolve_targets(inv, names)  # a group name selects its targets
     elif run or (pb is not None and pb.target):
         chosen = [resolve_target(inv, pb, None)]
     else:
-        chosen = list(inv.targets.values())
+        chosen = usable(inv, [*inv.targets, *inv.broken])
     if run:
         chosen = [resolve_target(inv, pb, t.name) for t in chosen]  # each checked against the playbook's GPUs
     if not chosen:

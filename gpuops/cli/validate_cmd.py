@@ -15,9 +15,14 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         raise UsageError("nothing to validate: pass --inventory and/or --playbook")
     checked: list[str] = []
     inv = pb = None
+    views: list[dict] = []
     if inventory:
+        from gpuops.transport.describe import connection
+
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
+        views = [connection(inv, t) for t in inv.targets.values()]  # as ssh resolves it: nothing connects
+        views += [{"name": name, "error": str(exc)} for name, exc in inv.broken.items()]
     unset: list[str] = []
     warnings: tuple[str, ...] = ()
     if playbook:
@@ -34,11 +39,21 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         from gpuops.cli.render import JsonRenderer
         from gpuops.client.events import Outcome
 
-        data = {"checked": checked, "unset_env": unset, "warnings": list(warnings)}
+        data = {"checked": checked, "unset_env": unset, "targets": views,
+                "warnings": [*warnings, *(f"target {v['name']} cannot be used: {v['error']}" for v in views if "error" in v)]}
         JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", data), target or (pb.target if pb else None) or "")
     else:
+        from gpuops.transport.describe import spelled
+
         for line in checked:
             sys.stderr.write(f"ok: {line}\n")
+        for view in views:
+            if "error" in view:
+                sys.stderr.write(f"warning: target {view['name']} cannot be used: {view['error']}\n")
+                continue
+            where = f", container {view['ctid']}" if view["ctid"] is not None else ""
+            policy = f" (host keys: {view['host_key_policy']})" if view["host_key_policy"] else ""
+            sys.stderr.write(f"  {view['name']}: {spelled(view)}{where}{policy}\n")
         for var in unset:
             sys.stderr.write(f"note: {var} is not set here; the playbook's env reads it (from_env), so launch will need it\n")
         for warning in warnings:

@@ -21,16 +21,24 @@ class InventoryFormat(Protocol):
 
 
 def formats() -> tuple[InventoryFormat, ...]:
-    """The formats in the order they are asked: Ansible YAML (groups at the top), gpuops' own, Ansible INI."""
+    """The formats in the order they are asked: `ansible-inventory --list` JSON, Ansible YAML (groups at the
+    top), gpuops' own, Ansible INI."""
     from gpuops.config import inventory
-    from gpuops.config.ansible import ini, yamlfile
+    from gpuops.config.ansible import ini, listjson, yamlfile
 
-    return (yamlfile, inventory, ini)
+    return (listjson, yamlfile, inventory, ini)
 
 
 def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory file: the first format that accepts it loads it, the way Ansible's
-    inventory manager asks its plugins; a .yml/.yaml/.json file that no format takes is a YAML error."""
+    inventory manager asks its plugins; a .yml/.yaml/.json file that no format takes is a YAML error.
+    A directory is an Ansible inventory directory: its files merged as Ansible merges them."""
+    import os
+
+    if os.path.isdir(path):
+        from gpuops.config.ansible import directory
+
+        return directory.load(path)
     source = Source(path)
     for fmt in formats():
         if fmt.accepts(source):

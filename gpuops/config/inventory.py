@@ -145,6 +145,8 @@ def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | 
             raise UsageError(
                 f"no target given: pass -t NAME or set 'target:' in the playbook (targets in {inventory.path}: {known})"
             )
+        if playbook.target in inventory.broken:
+            raise inventory.broken[playbook.target]
         target = inventory.targets.get(playbook.target)
         if target is None:
             raise ConfigError(
@@ -154,6 +156,8 @@ def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | 
                 file=playbook.path,
             )
     else:
+        if name in inventory.broken:
+            raise inventory.broken[name]
         target = inventory.targets.get(name)
         if target is None:
             members = inventory.groups.get(name)
@@ -167,20 +171,38 @@ def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | 
 
 
 def resolve_targets(inventory: Inventory, names: Iterable[str]) -> list[Target]:
-    """The targets `-t NAME ...` selects: a target by its name, or every target of a group (and its children)."""
-    chosen: dict[str, Target] = {}
+    """The targets `-t NAME ...` selects: a target by its name, every target of a group (and its children),
+    or an Ansible host pattern (`a:b`, `a:!b`, `a:&b`, `ct20*`, `~regex`) as Ansible resolves it."""
+    from gpuops.config.patterns import is_pattern, select
+
+    chosen: dict[str, None] = {}
     for name in names:
-        if name in inventory.targets:
-            chosen.setdefault(name, inventory.targets[name])
+        if is_pattern(name):
+            found = select(inventory, name)
+            if not found:
+                raise UsageError(f"no target matches the host pattern {name!r} in {inventory.path}")
+            chosen.update(dict.fromkeys(found))
+            continue
+        if name in inventory.targets or name in inventory.broken:
+            chosen.setdefault(name)
             continue
         members = inventory.groups.get(name)
         if members is None:
             raise _unknown(inventory, name)
         if not members:
             raise UsageError(f"group '{name}' in {inventory.path} has no targets")
-        for member in members:
-            chosen.setdefault(member, inventory.targets[member])
-    return list(chosen.values())
+        chosen.update(dict.fromkeys(members))
+    return usable(inventory, chosen)
+
+
+def usable(inventory: Inventory, names: Iterable[str]) -> list[Target]:
+    """The targets of `names`; one that cannot be used (a template in its values) is its error, at its place."""
+    out = []
+    for name in names:
+        if name in inventory.broken:
+            raise inventory.broken[name]
+        out.append(inventory.targets[name])
+    return out
 
 
 def _unknown(inventory: Inventory, name: str) -> UsageError:

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Literal, Mapping
 
 from gpuops.agent import watchfile as wf
-from gpuops.errors import Mark
+from gpuops.errors import ConfigError, Mark
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -24,8 +24,10 @@ class Host:
     port: int | None = None  # None: ~/.ssh/config, else 22
     identity_file: str | None = None  # None: ssh-agent and ~/.ssh/config
     known_hosts: str | None = None  # None: UserKnownHostsFile from ~/.ssh/config, else ~/.ssh/known_hosts
-    host_key_policy: Literal["strict", "accept-new"] = "strict"
+    # None: as ssh resolves StrictHostKeyChecking (accept-new there is accept-new; anything else is strict)
+    host_key_policy: Literal["strict", "accept-new"] | None = None
     jump: str | None = None  # another host of the same inventory (ProxyJump)
+    ssh_args: tuple[str, ...] = ()  # ssh command-line options (Ansible's ssh args), resolved by `ssh -G ARGS HOST`
     connect_timeout: float = 10.0  # seconds for TCP connect, banner and auth, each
     command_timeout: float = 60.0  # seconds for one short remote command
     mark: Mark | None = None
@@ -51,6 +53,8 @@ class Inventory:
     targets: Mapping[str, Target]
     # group -> the names of its targets, its child groups' included (Ansible inventories; -t GROUP)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # target -> why it cannot be used (a Jinja template in its values): only that target fails, when used
+    broken: Mapping[str, ConfigError] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from types import MappingProxyType
 
 from gpuops.config.ansible.hosts import HostBuilder
 from gpuops.config.ansible.layers import Layers
-from gpuops.config.ansible.tree import Tree
+from gpuops.config.ansible.tree import TemplateValue, Tree
 from gpuops.config.model import Inventory, Target
+from gpuops.errors import ConfigError
 
 
 def inventory_of(tree: Tree) -> Inventory:
@@ -17,12 +18,19 @@ def inventory_of(tree: Tree) -> Inventory:
     layers = Layers(tree)
     builder = HostBuilder(tree, layers)
     targets: dict[str, Target] = {}
+    broken: dict[str, ConfigError] = {}
     for name in tree.hosts:
-        target = builder.target(name)
+        try:
+            target = builder.target(name)
+        except TemplateValue as exc:  # Ansible's work (templates): this host's targets only fail, when used
+            broken[name] = exc
+            continue
         if target is not None:
             targets[name] = target
     groups = {
-        name: tuple(h for h in tree.hosts if h in targets and name in layers.groups_of(h)) for name in tree.groups
+        name: tuple(h for h in tree.hosts if (h in targets or h in broken) and name in layers.groups_of(h))
+        for name in tree.groups
     }
     return Inventory(path=os.path.abspath(tree.path), hosts=MappingProxyType(dict(builder.hosts)),
-                     targets=MappingProxyType(targets), groups=MappingProxyType(groups))
+                     targets=MappingProxyType(targets), groups=MappingProxyType(groups),
+                     broken=MappingProxyType(broken))

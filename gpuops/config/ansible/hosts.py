@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuops.config import schema as s
 from gpuops.config.ansible.layers import Layers
-from gpuops.config.ansible.sshargs import proxy_command, ssh_options
+from gpuops.config.ansible.sshargs import proxy_command, ssh_args
 from gpuops.config.ansible.tree import Tree, first_set
 from gpuops.config.model import Host, Target
 from gpuops.errors import ConfigError, Mark
@@ -62,18 +62,20 @@ class HostBuilder:
             return self._add(Host(name="", transport="local"), name, name)
         if connection not in SSH_CONNECTIONS:
             return None  # winrm, docker, ...: not a gpuops target
-        address_var = first_set(v, "ansible_host", "ansible_ssh_host")
+        # Where both spellings are set Ansible's ssh plugin takes the last of its `vars:` list: the legacy one.
+        address_var = first_set(v, "ansible_ssh_host", "ansible_host")
         address = address_var.matching(s.ADDRESS, "a host name or IP address") if address_var else name
         fields: dict[str, Any] = {"address": address}
-        if (var := first_set(v, "ansible_user", "ansible_ssh_user")) is not None:
+        if (var := first_set(v, "ansible_ssh_user", "ansible_user")) is not None:
             fields["user"] = var.matching(s.USER, "a user name")
-        if (var := first_set(v, "ansible_port", "ansible_ssh_port")) is not None:
+        if (var := first_set(v, "ansible_ssh_port", "ansible_port")) is not None:
             fields["port"] = var.integer(s.PORT_MIN, s.PORT_MAX, "a port number")
         if (var := first_set(v, "ansible_ssh_private_key_file", "ansible_private_key_file")) is not None:
             fields["identity_file"] = var.text("a path to a private key")
         if (var := first_set(v, "ansible_ssh_timeout", "ansible_timeout")) is not None:
             fields["connect_timeout"] = float(var.integer(1, 86400, "a number of seconds"))
-        options = ssh_options(v)
+        argv, options = ssh_args(v)
+        fields["ssh_args"] = argv  # -p, -l, -i, -F, -o ...: resolved by `ssh -G ARGS HOST` when connecting
         known = first_set(v, "gpuops_known_hosts")
         if known is not None:
             fields["known_hosts"] = known.text("a path to a known_hosts file")
@@ -82,8 +84,8 @@ class HostBuilder:
         policy = first_set(v, "gpuops_host_key_policy")
         if policy is not None:
             fields["host_key_policy"] = policy.choice(("strict", "accept-new"), "a host key policy")
-        elif options.get("stricthostkeychecking", ("",))[0].lower() == "accept-new":
-            fields["host_key_policy"] = "accept-new"  # yes/ask are strict; no/off too: gpuops never skips the check
+        elif "stricthostkeychecking" in options:  # yes/ask are strict; no/off too: gpuops never skips the check
+            fields["host_key_policy"] = "accept-new" if options["stricthostkeychecking"][0].lower() == "accept-new" else "strict"
         host = Host(name="", mark=self.tree.host_marks[name], **fields)
         jump = self._jump_of(options, host)
         return self._add(dataclasses.replace(host, jump=jump), address, name)
@@ -93,9 +95,10 @@ class HostBuilder:
             spec, mark = options["proxyjump"]
             return None if spec.lower() == "none" else self._chain(spec, mark, host, None)
         if "proxycommand" in options and options["proxycommand"][0].lower() != "none":
-            spec, key = proxy_command(*options["proxycommand"])
-            return self._chain(spec, options["proxycommand"][1], host, key)
-        return None
+            found = proxy_command(*options["proxycommand"])
+            if found is not None:  # `ssh -W %h:%p HOP`: the hop, checked as every hop is
+                return self._chain(found[0], options["proxycommand"][1], host, found[1])
+        return None  # any other ProxyCommand is run as ssh runs it (sshchain)
 
     def _chain(self, spec: str, mark: Mark, owner: Host, key: str | None) -> str:
         """ProxyJump a,b: a as it is, b reached through a, the host through b; the last hop's name."""

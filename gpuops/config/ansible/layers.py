@@ -17,7 +17,7 @@ class Layers:
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
-        self.base = os.path.dirname(os.path.abspath(tree.path))
+        self.base = tree.base
         self.parents: dict[str, set[str]] = {name: set() for name in tree.groups}
         for group in tree.groups.values():
             for child in group.children:
@@ -61,6 +61,8 @@ class Layers:
 
     def file_vars(self, folder: str, name: str) -> dict[str, Var]:
         """group_vars/<group>[.yml|.yaml|.json] and the files of a group_vars/<group>/ folder, beside the inventory."""
+        if not self.tree.var_files:
+            return {}
         if (folder, name) not in self._files:
             base = os.path.join(self.base, folder, name)
             paths = [base + ext for ext in VARS_SUFFIXES if os.path.isfile(base + ext)]

@@ -6,6 +6,7 @@ its typed readers go through schema.py's checks, so both inventory formats word 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,16 +31,45 @@ class Var:
     def plain(self) -> Any:
         return plain(self.value)
 
+    def mark_at(self, offset: int) -> Mark:
+        """Where the value's character at `offset` was written (exact on one line)."""
+        if isinstance(self.value, Scalar):
+            return self.value.mark_at(offset)
+        return Mark(self.mark.file, self.mark.line, self.mark.column + offset)
+
     def text(self, what: str) -> str:
         """Text (a number counts as written); a Jinja template is refused: gpuops does not evaluate them."""
         value = self.plain()
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ConfigError(self.mark, f"expected {what}, got {show(value)}")
+        self._one_reading(str, what)
         value = str(value)
         if "{{" in value or "{%" in value:
-            raise ConfigError(self.mark, f"expected {what}, got the Jinja template {show(value)}: gpuops does not "
-                                         "evaluate templates; write the value itself (a host_vars/ or group_vars/ file may hold it)")
+            raise TemplateValue(self.mark, f"expected {what}, got the Jinja template {show(value)}: gpuops does not "
+                                           "evaluate templates; write the value itself (a host_vars/ or group_vars/ "
+                                           "file may hold it), or give -i the JSON of `ansible-inventory --list`")
         return s.without_nul(value, what, lambda _: self.mark)
+
+    def _one_reading(self, as_used: Any, what: str) -> None:
+        """A plain YAML scalar that Ansible (YAML 1.1) and a YAML 1.2 reader read differently is refused:
+        `0201` is 129 to Ansible and 201 to YAML 1.2, `22_22` 2222 and text, `yes` true and text."""
+        node = self.value
+        if not isinstance(node, Scalar) or node.style is not None or node.tag is not None:
+            return
+        ansible = yaml11(node.text)
+        if ansible is _NO_READING:
+            return
+        ours = plain(node)
+        if as_used is str:
+            same = isinstance(ansible, str) or (not isinstance(ansible, bool) and str(ansible) == str(ours))
+            same = same and not isinstance(ours, bool)
+        else:
+            same = type(ansible) is type(ours) and ansible == ours or (
+                isinstance(ansible, str) and _int_like(ansible) == ours and not isinstance(ours, bool))
+        if not same:
+            raise ConfigError(self.mark, f"{node.text} is ambiguous as {what}: Ansible (YAML 1.1) reads it as "
+                                         f"{ansible!r}, a YAML 1.2 reader as {ours!r}; write the value Ansible "
+                                         f"uses unambiguously, or quote it to mean the text {node.text!r}")
 
     def matching(self, pattern: re.Pattern[str], what: str) -> str:
         value = self.text(what)
@@ -52,6 +82,7 @@ class Var:
     def integer(self, low: int, high: int, what: str) -> int:
         """An integer, or text of digits (INI values are often text)."""
         value = self.plain()
+        self._one_reading(int, what)
         return s.in_range(_int_like(value), low, high, what, self.mark, lambda: show(value))
 
     def gpus(self) -> tuple[int, ...]:
@@ -70,6 +101,25 @@ class Var:
                 raise ConfigError(self.mark, f"expected GPU indexes (e.g. [0, 1]) in gpuops_gpus, got {show(item)}")
             s.add_gpu(gpus, gpu, self.mark, " in gpuops_gpus")
         return tuple(gpus)
+
+
+class TemplateValue(ConfigError):
+    """A Jinja template where gpuops needs a value: it fails only the targets that use it."""
+
+
+_NO_READING = object()
+
+
+def yaml11(text: str) -> Any:
+    """A plain scalar as PyYAML (YAML 1.1, what Ansible reads with) reads it; _NO_READING when it cannot."""
+    import yaml
+
+    try:
+        tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+        node = yaml.ScalarNode(tag, text)
+        return yaml.SafeLoader("").construct_object(node, deep=True)
+    except Exception:  # any reading PyYAML cannot make is no second reading
+        return _NO_READING
 
 
 def first_set(v: dict[str, Var], *names: str) -> Var | None:
@@ -133,8 +183,10 @@ class Group:
 class Tree:
     """Groups and hosts as the inventory file declares them."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, base: str | None = None, var_files: bool = True) -> None:
         self.path = path
+        self.base = base or os.path.dirname(os.path.abspath(path))  # where group_vars/ and host_vars/ are
+        self.var_files = var_files  # False where Ansible already applied them (ansible-inventory --list)
         self.groups: dict[str, Group] = {}
         self.hosts: dict[str, dict[str, Var]] = {}
         self.host_marks: dict[str, Mark] = {}

@@ -1,0 +1,187 @@
+"""A host's SSH options as OpenSSH resolves them: `ssh -G [ARGS] HOST` (Include, Match, first value wins,
+%-tokens), one call per distinct host and arguments, cached for the command; paramiko's parser where
+there is no `ssh`. `ssh -G` only prints the configuration: it never connects."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+
+from gpuops.errors import SshFileError, UsageError
+from gpuops.transport.hostkeys import os_reason
+
+SSH_G_TIMEOUT = 30.0  # seconds; `Match exec` runs the user's commands, as ssh does
+_cache: dict[tuple[str, ...], "Resolved"] = {}
+_lock = threading.Lock()
+readers_used: set[str] = set()  # "OpenSSH (ssh -G)" and/or "paramiko": what -v reports
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The options gpuops honours, as ssh resolved them for one destination."""
+
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]  # as written (~ unexpanded), in ssh's order
+    known_hosts: str  # the first UserKnownHostsFile, ~ for the home folder
+    strict: str  # StrictHostKeyChecking: yes, ask, accept-new, no/off
+    proxy_jump: str  # "" when none
+    proxy_command: str  # "" when none (%-tokens unexpanded)
+    connect_timeout: float | None
+    server_alive_interval: int
+    host_key_alias: str
+
+
+def user_config() -> str:
+    """~/.ssh/config as $HOME names it (what gpuops has always read)."""
+    return os.path.expanduser("~/.ssh/config")
+
+
+def resolve(dest: str, args: tuple[str, ...] = ()) -> Resolved:
+    """ssh's options for `dest` with `args` before it on ssh's command line (first value wins)."""
+    key = (os.environ.get("HOME", ""), *args, "--", dest)
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+    _check_readable(user_config())
+    ssh = shutil.which("ssh")
+    if ssh:
+        found, reader = _openssh(ssh, dest, args), "OpenSSH (ssh -G)"
+    else:
+        found, reader = _paramiko(dest, args), "paramiko (no ssh on PATH)"
+    with _lock:
+        readers_used.add(reader)
+        _cache[key] = found
+    return found
+
+
+def _check_readable(path: str) -> None:
+    """An unreadable ~/.ssh/config is said as such (ssh would refuse it too)."""
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise SshFileError(path, f"cannot be read ({os_reason(exc)})",
+                           hint="make it readable for the user gpuops runs as, or move it away") from None
+
+
+def _config_flag() -> list[str]:
+    """ssh reads the passwd home's ~/.ssh/config; where $HOME differs, gpuops reads $HOME's, as it always has."""
+    home = _home()
+    mine = user_config()
+    if home and os.path.realpath(os.path.expanduser("~")) == os.path.realpath(home):
+        return []
+    return ["-F", mine if os.path.exists(mine) else "none"]
+
+
+def _home() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir.rstrip("/")
+    except KeyError:
+        return ""
+
+
+def _tilde(path: str) -> str:
+    """A path ssh expanded with the passwd home, written back with ~ (gpuops expands ~ with $HOME)."""
+    home = _home()
+    return "~" + path[len(home):] if home and (path == home or path.startswith(home + "/")) else path
+
+
+def _openssh(ssh: str, dest: str, args: tuple[str, ...]) -> Resolved:
+    argv = [ssh, "-G", *_config_flag(), *args, "--", dest] if not dest.startswith("-") else None
+    if argv is None:
+        raise UsageError(f"ssh destination {dest!r} starts with '-'")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape",
+                              stdin=subprocess.DEVNULL, timeout=SSH_G_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"`ssh -G {dest}` took over {SSH_G_TIMEOUT:.0f} s (a `Match exec` command in ~/.ssh/config?)") from None
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        raise UsageError(f"ssh cannot read its configuration for {dest}: {reason}",
+                         hint="`ssh -G " + " ".join([*args, dest]) + "` shows the same")
+    options: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition(" ")
+        options.setdefault(name.lower(), []).append(value)
+    return _from_options(options, dest)
+
+
+def _from_options(options: dict[str, list[str]], dest: str) -> Resolved:
+    def one(name: str, default: str = "") -> str:
+        return options.get(name, [default])[0]
+
+    timeout = one("connecttimeout", "none")
+    alive = one("serveraliveinterval", "0")
+    known = one("userknownhostsfile", "~/.ssh/known_hosts").split()
+    proxy = one("proxycommand", "none")
+    jump = one("proxyjump", "none")
+    return Resolved(
+        hostname=one("hostname", dest), port=int(one("port", "22")), user=one("user") or _local_user(),
+        identity_files=tuple(_tilde(p) for p in options.get("identityfile", [])),
+        known_hosts=_tilde(known[0]) if known else "~/.ssh/known_hosts",
+        strict=one("stricthostkeychecking", "ask").lower(),
+        proxy_jump="" if jump.lower() == "none" else jump,
+        proxy_command="" if proxy.lower() == "none" else proxy,
+        connect_timeout=float(timeout) if timeout.isdigit() else None,
+        server_alive_interval=int(alive) if alive.isdigit() else 0,
+        host_key_alias=one("hostkeyalias", ""),
+    )
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def _paramiko(dest: str, args: tuple[str, ...]) -> Resolved:
+    """Where there is no ssh: the command-line options first, then paramiko's reading of ~/.ssh/config."""
+    from gpuops.transport._paramiko import paramiko
+
+    given = _given(args)
+    path = given.pop("configfile", [user_config()])[0]
+    config = paramiko.SSHConfig()
+    if path != "none" and os.path.isfile(os.path.expanduser(path)):
+        with open(os.path.expanduser(path), "rb") as fh:
+            config = paramiko.SSHConfig.from_text(fh.read().decode("utf-8", "surrogateescape"))
+    found = config.lookup(dest)
+    options: dict[str, list[str]] = {k: list(v) for k, v in given.items()}
+    for name, value in found.items():
+        if name == "identityfile":
+            options.setdefault(name, []).extend(value)
+        elif name not in options:
+            options[name] = [" ".join(value) if isinstance(value, list) else str(value)]
+    return _from_options(options, dest)
+
+
+def _given(args: tuple[str, ...]) -> dict[str, list[str]]:
+    """ssh's -p -l -i -J -F -o of `args` as config options (first value wins; -i adds a key)."""
+    flags = {"-p": "port", "-l": "user", "-i": "identityfile", "-J": "proxyjump", "-F": "configfile"}
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, value = arg[:2], arg[2:]
+        i += 1
+        if flag not in flags and flag != "-o":
+            continue
+        if not value and i < len(args):
+            value, i = args[i], i + 1
+        if flag == "-o":
+            name, _, value = value.partition("=") if "=" in value else value.partition(" ")
+            name = name.strip().lower()
+        else:
+            name = flags[flag]
+        if name == "identityfile":
+            out.setdefault(name, []).append(value.strip())
+        else:
+            out.setdefault(name, [value.strip()])
+    return out
