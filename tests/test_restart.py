@@ -258,3 +258,25 @@ def test_warmup_true_runs_the_warmup_again_before_the_restarted_attempt(ct: Ct) 
     (restart,) = [e for e in result.events() if e["event"] == "restart"]
     assert restart["warmup"] is True
     ct.assert_run_gone()
+
+
+def test_stop_while_the_watchdog_aborts_an_attempt_that_would_be_restarted_ends_the_run_for_good(ct: Ct) -> None:
+    # Attempt 1 ignores Ctrl-C, so its abort waits out the grace: `gpuops stop` comes in that window, loses the
+    # claim to the watchdog's abort, and must still end the run rather than let the restart go on.
+    command = fails_once(ct, f"trap '' INT; {trainer('fx-thread')}", trainer("steps", "--steps", "3"))
+    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 0}, grace=4)
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: (d / "abort.json").exists() and ct.session_alive(), timeout=60,
+               message="the watchdog's abort of attempt 1, in its grace")
+    stopped = ct.gpuops("stop")
+    assert stopped.code == 0, stopped
+    wait_until(lambda: run_over(ct), timeout=60, message="the run to end")
+    assert json.loads((d / "attempts" / "1" / "abort.json").read_text())["by"] == "watchdog"
+    assert json.loads((d / "abort.json").read_text())["by"] == "stop"
+    # With no delay, attempt 2 may have begun before the stop's claim: it is stopped then, and never restarted.
+    assert len(restart_events(d)) == 1 and not (d / "attempts" / "2").exists()
+    assert b"step 3/3" not in (ct.log() if (d / "log").exists() else b"")  # attempt 2 did not go on
+    after = ct.gpuops("logs", "-f", "--json")
+    assert after.events()[-1]["outcome"] == "stopped", after
+    ct.assert_run_gone()
