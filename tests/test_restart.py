@@ -82,6 +82,8 @@ def test_an_fx_race_on_the_first_attempt_is_restarted_with_the_guard_and_the_run
     assert (summary["event"], summary["outcome"], summary["attempts"]) == ("summary", "succeeded", 2), summary
     (row,) = [r for r in ct.gpuops("runs", "--json").events() if r.get("run") == run_id]
     assert (row["attempts"], row["outcome"], row["exit_code"]) == (2, "succeeded", 0), row
+    assert any(run_id in line and "succeeded (attempt 2)" in line for line in ct.gpuops("runs").err.splitlines()
+               + ct.gpuops("runs").text.splitlines())
     status = ct.gpuops("status", "--json")
     (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
     assert session["run"]["attempts"] == 2, session
