@@ -297,13 +297,42 @@ def test_detach_starts_the_run_and_leaves_it_to_the_watchdog(ci: str, bench: Ben
         bench.stop_run()
 
 
+def ansible_workspace(bench: Bench, command: str, group_vars: str) -> Path:
+    """The same workspace with an Ansible inventory, and a group_vars/all.yml beside it."""
+    ws = bench.workspace(command)
+    s = bench.sshd
+    (ws / "inventories" / "lab.yaml").write_text(yaml.safe_dump({"all": {"hosts": {"ct200": {
+        "ansible_host": s.host, "ansible_port": s.port, "ansible_user": s.user, "proxmox_vmid": 200,
+        "gpuops_gpus": list(range(8))}}}}))  # fmt: skip
+    (ws / "inventories" / "group_vars").mkdir()
+    (ws / "inventories" / "group_vars" / "all.yml").write_text(group_vars)
+    return ws
+
+
 @pytest.mark.parametrize("ci", ["github", "gitlab"])
-def test_an_inventory_that_trusts_new_host_keys_is_refused_before_connecting(ci: str, bench: Bench) -> None:
-    ran = run(ci, bench, bench.workspace("fake-train --mode steps", policy="accept-new"))
+@pytest.mark.parametrize("where", ["inventory", "group_vars"])
+def test_an_inventory_that_trusts_new_host_keys_is_refused_before_connecting(ci: str, where: str, bench: Bench) -> None:
+    if where == "inventory":
+        ws = bench.workspace("fake-train --mode steps", policy="accept-new")
+    else:  # not in the inventory file at all: a grep of it passed this, gpuops resolves accept-new
+        ws = ansible_workspace(bench, "fake-train --mode steps",
+                               "ansible_ssh_common_args: -o StrictHostKeyChecking=accept-new\n")
+        assert "accept-new" not in (ws / "inventories" / "lab.yaml").read_text()
+    ran = run(ci, bench, ws)
     refused = ran.codes["script"] if ci == "gitlab" else ran.codes["Refuse trusting new host keys in CI"]
     assert refused == 1, ran.outputs
-    assert "CI pins host keys" in "".join(ran.outputs.values())
+    assert "CI pins host keys, but ct200 would trust a new host key" in "".join(ran.outputs.values())
     assert "Launch" not in ran.codes and bench.sshd.connection_count() == 0
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_an_ansible_inventory_with_strict_group_vars_passes_the_guard(ci: str, bench: Bench) -> None:
+    ws = ansible_workspace(bench, "fake-train --mode steps --steps 3 --interval 0.05 --gpus 5,6",
+                           "ansible_ssh_common_args: -o StrictHostKeyChecking=yes\n")
+    ran = run(ci, bench, ws)
+    assert not ran.failed, ran.outputs
+    _, summary = artifacts(ran, 0)
+    assert summary["outcome"] == "succeeded"
 
 
 @pytest.mark.parametrize("ci", ["github", "gitlab"])

@@ -14,7 +14,7 @@ def connection(inventory: Inventory, target: Target) -> dict[str, Any]:
     out: dict[str, Any] = {"name": target.name, "host": target.host, "transport": host.transport}
     if host.transport == "local":
         out.update(address=None, port=None, user=None, jumps=[], identity_file=None, known_hosts=None,
-                   host_key_policy=None)
+                   host_key_policy=None, jump_host_key_policies=[])
     else:
         from gpuops.transport.sshchain import plan_chain
 
@@ -22,7 +22,8 @@ def connection(inventory: Inventory, target: Target) -> dict[str, Any]:
         last = hops[-1]
         out.update(address=last.hostname, port=last.port, user=last.user, jumps=[h.spelled() for h in hops[:-1]],
                    identity_file=host.identity_file or (last.keys[0] if last.keys else None),
-                   known_hosts=last.known_hosts, host_key_policy=last.policy)
+                   known_hosts=last.known_hosts, host_key_policy=last.policy,
+                   jump_host_key_policies=[h.policy for h in hops[:-1]])
         if last.proxy_command:
             out["proxy_command"] = last.proxy_command
     out.update(ctid=target.ctid, gpus=list(target.gpus))
