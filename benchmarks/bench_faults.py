@@ -23,7 +23,8 @@ from typing import Callable, List, Tuple
 
 import yaml
 
-from benchkit import GPUOPS, ROOT, Site, wait_for
+from benchkit import GPUOPS, ROOT, Row, Site, wait_for
+from faults_agent import AGENT_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
@@ -239,7 +240,7 @@ def resumed_watchdog() -> Result:
     return f"watchdog frozen, logs -f aborted, watchdog resumed: match shown {shown}x", shown == 1 and follow.returncode == 7
 
 
-FAULTS: List[Tuple[str, Callable[[], Result]]] = [
+FAULTS: List[Tuple[str, Callable[[], Result]]] = AGENT_FAULTS + [
     ("19.6 a slow run that only warned is the next baseline", warned_run_as_baseline),
     ("19.6 a changed batch size read as a regression", changed_command_no_baseline),
     ("19.6 one checkpoint excursion read as volatility", checkpoint_excursion),
@@ -254,9 +255,10 @@ FAULTS: List[Tuple[str, Callable[[], Result]]] = [
 ]
 
 
-def main() -> int:
+def matrix(faults: List[Tuple[str, Callable[[], Result]]]) -> List[Tuple[str, str, str]]:
+    """(fault, outcome, protected) of each row; a row that breaks is a red row, not a crashed matrix."""
     rows = []
-    for name, fault in FAULTS:
+    for name, fault in faults:
         try:
             outcome, protected = fault()
         except Exception as exc:  # noqa: BLE001 - a row that breaks is a red row, not a crashed matrix
@@ -266,8 +268,24 @@ def main() -> int:
     print("\n| fault | outcome | protected |\n|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    return 0 if all(r[2] == "yes" for r in rows) else 1
+    return rows
+
+
+def bench_faults(args: object = None) -> List[Row]:
+    """run.py's row group: the matrix, and how many faults were survived."""
+    rows = matrix(FAULTS)
+    green = sum(1 for r in rows if r[2] == "yes")
+    return [Row("fault matrix: faults survived", [float(green)], unit="count", target=f"{len(rows)} of {len(rows)}",
+                met=green == len(rows), note=", ".join(r[0] for r in rows if r[2] != "yes") or "all green")]
+
+
+def main(argv: List[str]) -> int:
+    """All rows, or those whose name starts with one of argv (`19.1 19.9`)."""
+    chosen = [(n, f) for n, f in FAULTS if not argv or any(n.startswith(a + " ") or n.startswith(a + ".") for a in argv)]
+    return 0 if all(r[2] == "yes" for r in matrix(chosen)) else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -2,7 +2,7 @@
 
     python3 benchmarks/run.py                 # all of them (about 7 minutes on 2 cores)
     python3 benchmarks/run.py startup status  # some of them: startup status abort follow scan
-                                              #   wd-abort wd-cpu wd-kill guard telemetry compile-guard
+                                              #   wd-abort wd-cpu wd-kill guard telemetry faults compile-guard
     python3 benchmarks/run.py --scan-mb 1024 --abort-runs 20
     python3 benchmarks/run.py --venv          # gpuops from a clean venv, installed as users install it
 
@@ -30,6 +30,7 @@ from typing import Callable
 
 from benchkit import GPUOPS, ROOT, Row, pct, servers as _servers, stop as _stop, timed
 from bench_compile_guard import bench_compile_guard
+from bench_faults import bench_faults
 from bench_guard import bench_guard
 from bench_wdcost import bench_telemetry, bench_wd_cpu
 from bench_watchdog import bench_wd_abort, bench_wd_kill
@@ -324,6 +325,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "guard": bench_guard,
     "compile-guard": bench_compile_guard,
     "telemetry": bench_telemetry,
+    "faults": bench_faults,
 }
 
 
