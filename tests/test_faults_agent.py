@@ -53,26 +53,32 @@ def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
 
 def test_tmux_state_tells_a_gone_session_from_a_failing_tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuops.agent import tmux
-    from gpuops.agent.procs import marked
 
     flag, count = tmp_path / "flag", tmp_path / "count"
     flag.touch()
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    for said, code, state in [("can't find session: =train", 1, tmux.GONE),
-                              ("protocol version mismatch (client 8, server 7)", 1, tmux.UNSURE),
-                              ("fork failed: Resource temporarily unavailable", 1, tmux.UNSURE),
-                              ("no server running on /tmp/tmux-0/default", 1, tmux.UNSURE)]:
-        tmux_wrapper(tmp_path / "bin", flag, count, stderr=said, code=code)
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("TMUX", raising=False)
+    for said, state in [("can't find session: =train", tmux.GONE),
+                        ("protocol version mismatch (client 8, server 7)", tmux.UNSURE),
+                        ("fork failed: Resource temporarily unavailable", tmux.UNSURE),
+                        ("no server running on /tmp/tmux-0/default", tmux.UNSURE)]:
+        tmux_wrapper(tmp_path / "bin", flag, count, stderr=said)
         assert tmux.state("train") == state, said
-    # No server answers and no process of the run is left: gone. One is left: not gone.
-    assert tmux.gone("train", "no-such-run-0")
-    run = subprocess.Popen(["sleep", "60"], env={**os.environ, "GPUOPS_RUN_ID": "fault-run-1"})
+    # No server at all (the session killed by hand took it down): gone, even with processes of the run left.
+    assert tmux.gone("train", "fault-run-1")
+    # A server that runs on with its socket deleted: not gone.
+    flag.unlink()
+    subprocess.run(["tmux", "new-session", "-d", "-s", "train", "sleep 60"], check=True)
     try:
-        wait_until(lambda: run.pid in marked("fault-run-1"), message="the marked process")
+        os.unlink(tmux.socket_path())
+        flag.touch()
+        assert tmux.server_listening() is True
         assert not tmux.gone("train", "fault-run-1")
     finally:
-        run.kill()
-        run.wait()
+        flag.unlink()
+        for pid in procs.find(lambda env: env.get(b"TMUX_TMPDIR") == str(tmp_path).encode()):
+            os.kill(pid, signal.SIGKILL)
 
 
 # -- 2. a full disk for a while ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Odd runs end with a clear outcome and the documented exit code, never a hang.
 
 `gpuops launch` over real sshd + pct into CT 200 with real tmux: a command that exits at once,
-a workdir that does not exist, a command that is not found, a log deleted under the run, a tmux
+a workdir that does not exist, a command that is not found, a log deleted under the run (read on), a tmux
 session killed by hand, a container stopped mid-run, a disk that fills up (the log stops growing
 while the trainer stays alive). Each test asserts what the user sees: the exit code, the words on
 stderr (or the JSON summary), and that nothing of the run is left on the target.
@@ -100,14 +100,13 @@ def test_a_command_that_is_not_found_fails_with_6_naming_it(ct: Ct) -> None:
     ct.assert_run_gone()
 
 
-def test_a_log_deleted_under_a_live_run_stalls_it_with_8(ct: Ct) -> None:
-    # The trainer goes on writing into the unlinked file: nothing can be seen, which is a stall.
-    ct.playbook_for(f'rm -f "$GPUOPS_RUN_DIR/log"; exec {trainer("steps", "--steps", "100000")}', stall=3)
+def test_a_log_deleted_under_a_live_run_is_read_on_through_the_open_file(ct: Ct) -> None:
+    # The trainer goes on writing into the unlinked file: the watchdog and the follower still hold it
+    # open and read on (issue 19, item 9), so the run is not taken for stalled.
+    ct.playbook_for(f'rm -f "$GPUOPS_RUN_DIR/log"; exec {trainer("steps", "--steps", "120")}', stall=3)
     result = ct.gpuops("launch")
-    assert result.code == 8, result
-    assert re.search(r"the run's log ~/.gpuops/runs/\S+/log is missing", result.err), result
-    assert re.search(r"gpuops: STALLED \(exit 8\): .*no log output for [0-9.]+s \(stall_timeout 3s; its log file is missing\)",
-                     result.err), result
+    assert result.code == 0, result
+    assert b"step 120/120" in result.out, result
     assert not (ct.run_dir() / "log").exists()
     ct.assert_run_gone()
 

@@ -18,6 +18,7 @@ from . import protocol as p
 from . import tmux
 from . import watchfile
 from .abort import claimer_dead, finish_orphan
+from .logfile import LogFile
 from .procs import running
 
 POLL = 0.02
@@ -66,7 +67,8 @@ class Follower:
         self.log = os.path.join(d, p.LOG)
         self.offset, self.inode, self.events_offset = offset, inode, events_offset
         self.out: BinaryIO = sys.stdout.buffer
-        self.f: Optional[BinaryIO] = None
+        self.logf = LogFile(d, offset, inode)
+        self.opened = False  # the log was open once: a new file at its path is then a rotation
         self.size, self.mtime = -1, 0.0
         self.last_session_check = 0.0
         self.gone_since: Optional[float] = None
@@ -79,44 +81,36 @@ class Follower:
         self.out.flush()
 
     def pump_log(self) -> bool:
-        """Send what the log has beyond the offset; True if bytes were sent."""
-        if self.f is None:
-            try:
-                self.f = open(self.log, "rb")
-                st = os.fstat(self.f.fileno())
-                if self.inode and st.st_ino != self.inode:
-                    self.offset = 0
-                self.inode = st.st_ino
-                if st.st_size < self.offset:
-                    self.offset = 0
-                    self.w(p.truncated_frame(self.inode))
-                self.f.seek(self.offset)
-            except OSError:
-                self.f = None
-                if self.size != -2:
-                    self.size, self.mtime = -2, self.mtime or time.time()
-                return False
-        data = self.f.read(1 << 20)
-        if data:
-            self.w(p.data_frame(self.inode, self.offset, data))
-            self.offset += len(data)
-            return True
-        try:
-            st = os.stat(self.log)
-        except OSError:
-            st = None
-        if st is None or st.st_ino != self.inode:
-            self.f.close()
-            self.f, self.offset, self.inode = None, 0, 0
-            self.w(p.rotated_frame())
-            return True
-        self.size, self.mtime = st.st_size, st.st_mtime
-        if st.st_size < self.offset:
-            self.offset = 0
-            self.f.seek(0)
+        """Send what the log has beyond the offset; True if bytes (or a reset) were sent. The log is read
+        through rewrites, renames and deletes (logfile.py): a renamed or deleted log is read on while
+        the job writes it."""
+        had_file = self.logf.fh is not None
+        data, why = self.logf.read(1 << 20)
+        self.inode = self.logf.inode
+        if self.logf.fh is None:
+            if self.size != -2:
+                self.size, self.mtime = -2, self.mtime or time.time()
+            return False
+        sent = False
+        if why == "the log was replaced":
+            if had_file or self.opened:
+                self.w(p.rotated_frame())
+                sent = True
+        elif why:
             self.w(p.truncated_frame(self.inode))
+            sent = True
+        self.opened = True
+        if data:
+            self.offset = self.logf.offset
+            self.w(p.data_frame(self.inode, self.offset - len(data), data))
             return True
-        return False
+        self.offset = self.logf.offset
+        try:
+            st = os.fstat(self.logf.fh.fileno())
+            self.size, self.mtime = st.st_size, st.st_mtime
+        except OSError:
+            pass
+        return sent
 
     def pump_events(self) -> bool:
         """Send the watchdog's events beyond their offset, whole lines only."""

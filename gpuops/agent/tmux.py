@@ -46,12 +46,34 @@ def alive(session: str) -> bool:
 
 
 def gone(session: str, run_id: str) -> bool:
-    """The session is confirmed gone: tmux's server says so, or no server answers and no process of the
-    run is left. A tmux error alone never ends a run."""
+    """The session is confirmed gone: tmux's server says so, or no tmux server is there at all (its
+    socket is listened on by nobody; where that cannot be read, no process of the run is left). A
+    tmux error alone (a version mismatch, fork EAGAIN, a timeout, a deleted socket) never ends a run."""
     said, words = _ask(session)
     if said != UNSURE:
         return said == GONE
+    listening = server_listening()
+    if listening is not None:
+        return not listening
     return any(w in words for w in _NO_SERVER) and not marked(run_id)
+
+
+def socket_path() -> str:
+    """The default server's socket, as tmux makes it: $TMUX_TMPDIR (else /tmp), resolved, /tmux-UID/default."""
+    folder = os.environ.get("TMUX_TMPDIR") or "/tmp"
+    return os.path.join(os.path.realpath(folder), "tmux-%d" % os.getuid(), "default")
+
+
+def server_listening() -> Optional[bool]:
+    """Whether a tmux server is bound to the default socket (also one whose socket file was deleted: the
+    kernel still lists the name it was bound to); None where /proc/net/unix cannot be read."""
+    want = socket_path()
+    try:
+        with open("/proc/net/unix", "rb") as fh:
+            lines = fh.read().decode("utf-8", "replace").splitlines()[1:]
+    except OSError:
+        return None
+    return any(line.split()[-1:] == [want] for line in lines if len(line.split()) >= 8)
 
 
 def new_detached(session: str, start_dir: str, argv: List[str]) -> subprocess.CompletedProcess:

@@ -24,6 +24,7 @@ from . import protocol as p
 from . import restarts, tmux
 from . import watchfile
 from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
+from .logfile import LogFile
 from .masking import Masker
 from .quiet import Quiet
 from .records import read_json
@@ -151,7 +152,7 @@ class Watchdog:
         self.stall = StallClock(timeout, auto, time.monotonic() - (time.time() - self.started))
         if state.get("stall"):
             self.stall.restore(state["stall"])
-        self.fh: Optional[Any] = None
+        self.log = LogFile(d, self.offset, self.inode)  # through rewrites, renames and deletes
         self.status = "watching"
         self.first_abort: Optional[Any] = None
         self.aborter: Optional[threading.Thread] = None
@@ -171,28 +172,13 @@ class Watchdog:
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> bool:
         """Feed what the log has beyond the offset to the matcher; True when bytes came."""
-        path = os.path.join(self.d, p.LOG)
-        if self.fh is None:
-            try:
-                self.fh = open(path, "rb")
-            except OSError:
-                return False
-            st = os.fstat(self.fh.fileno())
-            if (self.inode and st.st_ino != self.inode) or st.st_size < self.offset:
-                self.reset("the log was replaced" if self.inode and st.st_ino != self.inode else "the log was truncated")
-            self.inode = st.st_ino
-            self.fh.seek(self.offset)
-        data = self.fh.read(READ)
+        data, why = self.log.read(READ)
+        self.inode = self.log.inode
+        if why:
+            self.reset(why)
         if not data:
-            try:
-                st = os.stat(path)
-            except OSError:
-                st = None
-            if st is None or st.st_ino != self.inode or st.st_size < self.offset:
-                self.fh.close()
-                self.fh = None
             return False
-        self.offset += len(data)
+        self.offset = self.log.offset
         self.stall.grew(time.monotonic())
         self.stall_said = False
         for hit in self.matcher.feed(data):
