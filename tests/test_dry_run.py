@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bench import jsoncheck
 from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,10 +37,12 @@ def gpuops(*args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...
     """Run the CLI as a user would; the developer's own GPUOPS_* variables never leak in."""
     full = {k: v for k, v in os.environ.items() if k not in GPUOPS_VARS}
     full.update(env or {})
-    return subprocess.run(
+    result = subprocess.run(
         [*prefix, sys.executable, "-m", "gpuops", *args],
         capture_output=True, text=True, env=full, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    jsoncheck.check(args, result.stdout)  # every --json line valid against `gpuops schema`
+    return result
 
 
 def steps(stdout: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import jsoncheck
 from bench import FakeProxmox, SshServer, write_inventory
 from bench.inventory import host_entry
 
@@ -31,10 +32,12 @@ PLAYBOOK = (
 def gpuops(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in GPUOPS_VARS}
     env["GPUOPS_CONNECT_RETRY_TIME"] = "5"  # a host-key error must not wait for it anyway
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "gpuops", *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    jsoncheck.check(args, result.stdout)  # every --json line valid against `gpuops schema`
+    return result
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bench import jsoncheck
 from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,10 +67,12 @@ def user_env() -> dict[str, str]:
 
 def gpuops(*args: str, timeout: float = CLI_TIMEOUT, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """`python -m gpuops ARGS` as a user runs it (no terminal: no confirmation prompt)."""
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "gpuops", *args],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd, env=user_env(),
     )  # fmt: skip
+    jsoncheck.check(args, result.stdout)  # every --json line valid against `gpuops schema`
+    return result
 
 
 def cmdline(pid: int) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bench import SYSTEM_PATH, FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import SYSTEM_PATH, jsoncheck, FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parent.parent
 GPUOPS_VARS = ("GPUOPS_INVENTORY", "GPUOPS_PLAYBOOK", "GPUOPS_TARGET", "GPUOPS_CONNECT_RETRY_TIME")
@@ -31,8 +31,8 @@ TOTAL = 143771  # an H200's memory.total in MiB, as the nvidia-smi stand-in repo
 STATUS_KEYS = {"schema_version", "ts", "event", "target", "host", "ctid", "reachable", "error", "hint", "container",
                "nvidia_smi", "nvidia_smi_error", "gpus", "sessions"}  # fmt: skip
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
-RUN_KEYS = {"id", "session", "state", "exit_code", "started_at", "playbook", "seconds_since_log", "log_bytes",
-            "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts",
+RUN_KEYS = {"id", "session", "state", "exit_code", "command_exit_code", "started_at", "playbook", "seconds_since_log",
+            "log_bytes", "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts",
             "compile_guard"}  # fmt: skip
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
@@ -49,10 +49,12 @@ def environ(**changes: str | None) -> dict[str, str]:
 
 
 def gpuops(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "gpuops", *args],
         capture_output=True, text=True, env=env or environ(), cwd=REPO, timeout=timeout, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    jsoncheck.check(args, result.stdout)
+    return result
 
 
 def start(*args: str, out: Path) -> subprocess.Popen[bytes]:
@@ -277,7 +279,7 @@ def test_a_running_run_shows_session_run_id_state_and_log_age(
     finally:
         assert gpuops("stop", "-i", str(inv), "-p", str(pb)).returncode == 0
     after = lines_of(gpuops("status", "-i", str(inv), "-p", str(pb)).stdout, "ct200")
-    stopped = rf"session busy-train not running; run {run_id} aborted \(exit \d+\); log grew \d+s ago; stopped by gpuops stop; watchdog done"
+    stopped = rf"session busy-train not running; run {run_id} aborted \(exit 6(; command exited \d+)?\); log grew \d+s ago; stopped by gpuops stop; watchdog done"
     assert re.fullmatch(stopped, after[-1]), after
 
 
@@ -305,10 +307,17 @@ def test_a_run_aborted_by_a_rule_shows_the_matched_signature(
     launch = gpuops("launch", "--yes", "--timeout", "90", "-i", str(inv), "-p", str(pb))
     assert launch.returncode == 7, launch.stderr
     got = lines_of(gpuops("status", "-i", str(inv), "-p", str(pb)).stdout, "ct200")
-    assert re.fullmatch(r"session fx-train not running; run \S+ aborted \(exit \d+\); log grew \d+s ago; "
+    assert re.fullmatch(r"session fx-train not running; run \S+ aborted \(exit 7(; command exited \d+)?\); log grew \d+s ago; "
                         r"matched fx-tracing-race; stopped by the watchdog; watchdog done", got[-1]), got  # fmt: skip
     _, (obj,) = status_json("-i", str(inv), "-p", str(pb))
-    assert obj["sessions"][0]["run"]["last_match"] == "fx-tracing-race"
+    run = obj["sessions"][0]["run"]
+    assert run["last_match"] == "fx-tracing-race"
+    # exit_code is gpuops' code for the run everywhere (status, runs, the launch's exit); the trainer's own
+    # status (SIGINT'ed: 130) is command_exit_code.
+    runs = [json.loads(line) for line in gpuops("runs", "--json", "-i", str(inv), "-p", str(pb)).stdout.splitlines()]
+    (row,) = [r for r in runs if r["run"] == run["id"]]
+    assert (run["exit_code"], row["exit_code"]) == (7, 7), (run, row)
+    assert run["command_exit_code"] == row["command_exit_code"] and run["command_exit_code"] != 7, (run, row)
 
 
 # -- --watch -----------------------------------------------------------------------------------

@@ -126,4 +126,14 @@ def validate(inventory, playbook, target, as_json) -> int:
     return run_validate(inventory, playbook, target, as_json=as_json)
 
 
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema (draft 2020-12) every object of every --json output validates against."""
+    import json
+
+    from gpuops.cli.json_schema import schema as build
+
+    click.echo(json.dumps(build(), indent=2))
+
+
 complete.use_fish_script()  # each option declares its own completion (common.py, above); fish needs its script

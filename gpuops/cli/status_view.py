@@ -50,8 +50,10 @@ def session_words(s: Any) -> str:
     maximum = (s.run.watchdog or {}).get("max_attempts") or 1
     if maximum > 1 or s.run.attempts > 1:
         text += f" (attempt {s.run.attempts} of {maximum})"
-    if s.run.exit_code is not None:
-        text += f" (exit {s.run.exit_code})"
+    code = s.run.outcome_code()
+    if code is not None:  # gpuops' exit code, and the command's own status where it differs
+        said = s.run.exit_code
+        text += f" (exit {code}" + (f"; command exited {said}" if said is not None and said != code else "") + ")"
     if ago is not None:
         text += f"; log grew {ago:.0f}s ago"
     rule = (s.run.abort or {}).get("rule")

@@ -114,7 +114,8 @@ class RunInfo:
             "state": self.state,
             "attempts": self.attempts,
             "max_attempts": (self.watchdog or {}).get("max_attempts") or 1,
-            "exit_code": self.exit_code,
+            "exit_code": self.outcome_code(),  # gpuops' exit code for the run, as `runs` and the summary say
+            "command_exit_code": self.exit_code,  # the training command's own exit status
             "started_at": self.meta.get("started_at"),
             "playbook": self.meta.get("playbook"),
             "seconds_since_log": self.seconds_since_log,

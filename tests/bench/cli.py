@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from bench import procs
+from bench import jsoncheck, procs
 from bench.waiting import wait_until
 
 CLI_TIMEOUT = 180.0  # one gpuops command, on a loaded 2-core machine
@@ -54,20 +54,24 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
 def gpuops(*args: str, timeout: float = CLI_TIMEOUT, env: Mapping[str, str] | None = None) -> Cli:
     """Run `gpuops ARGS` to completion (killed past `timeout`: a hang fails the test, it never blocks it)."""
     result = subprocess.run(argv(*args), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=_env(env))
+    jsoncheck.check(args, result.stdout)
     return Cli(result.returncode, result.stdout, result.stderr.decode("utf-8", "replace"))
 
 
 def gpuops_text(*args: str, env: Mapping[str, str] | None = None, timeout: float = CLI_TIMEOUT,
                 ) -> subprocess.CompletedProcess[str]:
     """`gpuops ARGS` from the repo root, both streams as text (for tests that read them as strings)."""
-    return subprocess.run(argv(*args), capture_output=True, text=True, env=_env(env), cwd=REPO, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv(*args), capture_output=True, text=True, env=_env(env), cwd=REPO, timeout=timeout,
+                            stdin=subprocess.DEVNULL)
+    jsoncheck.check(args, result.stdout)
+    return result
 
 
 class Running:
     """A gpuops command running in the background, its output collected as it comes."""
 
     def __init__(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.args = args
         self.proc = subprocess.Popen(
             argv(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(env)
         )
@@ -117,6 +121,7 @@ class Running:
                 self.proc.wait()
             for t in self._threads:
                 t.join(timeout=10)
+        jsoncheck.check(self.args, bytes(self._out), complete_only=True)
         return Cli(self.proc.returncode, bytes(self._out), self.err)
 
 

@@ -1,0 +1,182 @@
+"""The JSON Schema (draft 2020-12) of everything `--json` prints: one `$defs` entry per event kind.
+
+`gpuops schema` prints it; docs/json.md says what each field means; the test suite checks every
+line any `--json` prints in it against this schema. Every event object is closed
+(`additionalProperties: false`), so a field nobody documented fails the tests instead of
+reaching users unannounced. Nested records the agent writes (the abort record, telemetry,
+detector figures) are described by their known fields and stay open: they are the target's
+records, documented in docs/remote-state.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuops.agent.protocol import SCHEMA_VERSION, RunState
+
+Schema = dict[str, Any]
+
+S: Schema = {"type": "string"}
+I: Schema = {"type": "integer"}
+N: Schema = {"type": "number"}
+B: Schema = {"type": "boolean"}
+OBJ: Schema = {"type": "object"}
+
+
+def opt(schema: Schema) -> Schema:
+    """The schema, or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def arr(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+def closed(props: dict[str, Schema], required: tuple[str, ...] = ()) -> Schema:
+    return {"type": "object", "properties": props, "required": list(required), "additionalProperties": False}
+
+
+def by_gpu(value: Schema) -> Schema:
+    """An object keyed by GPU index (JSON keys are strings)."""
+    return {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"}, "additionalProperties": value}
+
+
+#: What every object carries.
+COMMON: dict[str, Schema] = {
+    "ts": {"type": "string", "format": "date-time"},
+    "target": S,
+    "run": {"type": "string", "pattern": "^[0-9a-z-]{1,64}$"},
+    "schema_version": {"const": SCHEMA_VERSION},
+}
+WHO = {"enum": ["watchdog", "client", "stop", "timeout"]}
+REASON = {"enum": ["match", "stall", "stop", "timeout"]}
+EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
+
+#: Nested shapes shared by several events.
+SHAPES: dict[str, Schema] = {
+    "gpu_drained": {"type": "object", "properties": {"index": I, "memory_used_mib": opt(I)}, "required": ["index"]},
+    "gpu_finding": closed({"index": I, "memory_used_mib": opt(I), "utilization_pct": opt(I), "processes": I,
+                           "problems": arr(S)}, ("index",)),
+    "gpu_status": closed({
+        "index": I, "memory_used_mib": opt(I), "memory_total_mib": opt(I), "utilization_pct": opt(I),
+        "processes": arr(closed({"pid": opt(I), "used_mib": opt(I), "name": opt(S)})),
+        "memory_history_mib": arr(opt(I)), "memory_shape": {"enum": ["flat", "volatile"]},
+    }, ("index",)),
+    "abort_record": {"type": "object", "properties": {
+        "reason": REASON, "by": WHO, "rule": opt(S), "line": opt(S), "excerpt": opt(S), "time": S, "signal": S,
+        "grace": N, "pid": I, "seconds": N, "stall_timeout": N, "last_line": opt(S), "log_missing": B}},
+    "attempt_ended": {"type": "object", "properties": {
+        "attempt": I, "compile_guard": B, "outcome": S, "exit_code": opt(EXIT), "command_exit_code": opt(I),
+        "rule": opt(S), "by": opt(S), "line": opt(S), "excerpt": opt(S), "started": opt(N), "ended": opt(N)}},
+    "run_status": closed({
+        "id": S, "session": S, "state": {"enum": [s.value for s in RunState]}, "attempts": I, "max_attempts": I,
+        "exit_code": opt(EXIT), "command_exit_code": opt(I), "started_at": opt(S), "playbook": opt(S),
+        "seconds_since_log": opt(N), "log_bytes": opt(I), "abort": opt(ref("abort_record")), "stopped_by": opt(S),
+        "last_match": opt(S), "watchdog": opt(closed({
+            "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S)})),
+        "telemetry": opt(OBJ), "compile_guard": opt(OBJ),
+    }, ("id", "session", "state", "exit_code", "command_exit_code")),
+    "connection": closed({
+        "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
+        "identity_file": opt(S), "known_hosts": opt(S), "host_key_policy": opt(S), "ctid": opt(I), "gpus": arr(I),
+        "transport": S, "resolved_by": S,
+    }, ("name", "host")),
+}
+
+#: Each event kind's own fields (beside COMMON) and the ones it always has.
+EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
+    # -- launch --------------------------------------------------------------------------------
+    "preflight_ok": ({"gpus": arr(ref("gpu_finding")), "smi": {"enum": ["ok", "absent", "error"]}}, ("gpus",)),
+    "lock_recovered": ({"holder": opt(S)}, ()),
+    "run_created": ({"session": S}, ("run", "session")),
+    "warmup_start": ({"gpu": I}, ("gpu",)),
+    "warmup_output": ({"gpu": I, "line": S}, ("gpu", "line")),
+    "warmup_draining": ({"gpu": I, "memory_used_mib": opt(I)}, ("gpu",)),
+    "warmup_done": ({"gpu": I, "seconds": N}, ("gpu", "seconds")),
+    "started": ({"session": S, "log": S, "warmup_seconds": by_gpu(N), "watchdog": B}, ("run", "session", "log")),
+    # -- following a run (launch, logs -f) -------------------------------------------------------
+    "waiting_start": ({"phase": opt(S)}, ("run",)),
+    "following": ({"state": opt(S)}, ("run",)),
+    "log": ({"line": S, "offset": I}, ("line",)),
+    "log_reset": ({"why": S, "by": WHO}, ()),
+    "log_missing": ({"log": S}, ("log",)),
+    "match": ({
+        "rule": S, "action": {"enum": ["abort", "warn", "note"]}, "description": opt(S), "line": opt(S),
+        "line_number": opt(I), "offset": opt(I), "excerpt": opt(S), "by": WHO, "advice": opt(S), "message": opt(S),
+        "figures": opt(OBJ),
+    }, ("rule", "action", "by")),
+    "stall": ({"seconds": N, "stall_timeout": N, "by": WHO, "log_missing": B, "stall": OBJ}, ("seconds", "stall_timeout")),
+    "rule_disabled": ({"rule": S, "seconds": N, "by": WHO, "message": S}, ("rule", "seconds")),
+    "watchdog_stale": ({"age": opt(N), "stale_after": N}, ("age",)),
+    "watchdog_back": ({"age": N}, ("age",)),
+    "watchdog": ({
+        "what": {"enum": ["watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
+                          "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done",
+                          "attempt_started", "restart_cancelled", "restart_failed"]},
+        "by": WHO, "message": S, "rule": opt(S), "advice": opt(S), "figures": opt(OBJ), "restarts": I, "delay": N,
+        "signal": I, "exit": opt(I), "frozen": N, "offset": I, "stopped_by": opt(S), "reason": opt(S), "attempt": I,
+        "max_attempts": opt(I), "compile_guard": B,
+    }, ("what",)),
+    "restart": ({"attempt": I, "max_attempts": I, "after": S, "compile_guard": B, "delay": N, "warmup": B,
+                 "previous": ref("attempt_ended"), "by": WHO}, ("attempt", "max_attempts", "after", "compile_guard")),
+    "reconnecting": ({"error": S, "attempt": I}, ("error", "attempt")),
+    "reconnected": ({"offset": I}, ("offset",)),
+    "timeout": ({}, ()),
+    # -- stopping (launch, logs -f, stop) ------------------------------------------------------------
+    "abort_start": ({"reason": REASON, "rule": opt(S), "by": WHO, "phase": opt(S)}, ("reason",)),
+    "aborted": ({
+        "reason": REASON, "rule": opt(S), "by": opt(WHO), "survivors": arr(I), "gpus": arr(ref("gpu_drained")),
+        "held_by": opt(by_gpu(arr(I))), "seconds": N, "session_gone_at": opt(N), "time": S,
+    }, ("reason", "survivors", "gpus", "seconds")),
+    "stopped_elsewhere": ({"reason": opt(S), "stopped_by": opt(S), "rule": opt(S), "by": WHO}, ("stopped_by",)),
+    "survivors": ({"pids": arr(I), "by": WHO}, ("pids",)),
+    # -- launch --dry-run ------------------------------------------------------------------------------
+    "dry_run_step": ({"step": S, "command": S, "stdin": S}, ("step", "command")),
+    # -- status, runs --------------------------------------------------------------------------------------
+    "status": ({
+        "host": S, "ctid": opt(I), "reachable": B, "error": opt(S), "hint": opt(S), "container": opt(S),
+        "nvidia_smi": opt({"enum": ["ok", "absent", "error"]}), "nvidia_smi_error": opt(S),
+        "gpus": arr(ref("gpu_status")),
+        "sessions": arr(closed({"session": S, "alive": B, "launch_in_progress": opt(S), "run": opt(ref("run_status"))},
+                               ("session", "alive", "run"))),
+    }, ("host", "reachable", "gpus", "sessions")),
+    "run": ({
+        "playbook": opt(S), "session": opt(S), "started": opt(S), "ended": opt(S), "duration_s": opt(N),
+        "warmup_seconds": by_gpu(N), "outcome": S, "exit_code": opt(EXIT), "command_exit_code": opt(I),
+        "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(S), "error": opt(S),
+        "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
+    }, ("run", "outcome", "exit_code", "command_exit_code")),
+    # -- the last line of launch, logs, stop, validate --------------------------------------------------------
+    "summary": ({
+        "outcome": S, "exit_code": EXIT, "message": S,
+        "command_exit_code": opt(I), "rule": opt(S), "line": opt(S), "excerpt": opt(S), "by": opt(S),
+        "gpus": {"anyOf": [arr(ref("gpu_finding")), arr(ref("gpu_drained"))]}, "survivors": arr(I),
+        "last_line": opt(S), "container": S, "run_alive": opt(B), "attempts": I, "earlier_attempts": arr(ref("attempt_ended")),
+        "error": S, "hint": S, "thresholds": OBJ, "gpu": I, "output_tail": arr(S),
+        "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr(ref("connection")),
+    }, ("outcome", "exit_code", "message")),
+}
+
+
+def schema() -> Schema:
+    """The whole schema: an object is exactly one of the event definitions, picked by its `event`."""
+    defs: dict[str, Schema] = dict(SHAPES)
+    for kind, (props, required) in EVENTS.items():
+        defs[kind] = closed({**COMMON, "event": {"const": kind}, **props},
+                            tuple(dict.fromkeys(("ts", "event", "target", "schema_version") + required)))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"urn:gpuops:json:{SCHEMA_VERSION}",
+        "title": "gpuops --json output",
+        "description": "One JSON object per line; `event` names its definition (docs/json.md).",
+        "type": "object",
+        "required": ["event"],
+        "properties": {"event": {"enum": list(EVENTS)}},
+        "discriminator": {"propertyName": "event"},
+        "oneOf": [ref(kind) for kind in EVENTS],
+        "$defs": defs,
+    }
