@@ -7,6 +7,7 @@ the command said (exit code, the JSON summary's outcome and message).
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 import socket
@@ -70,10 +71,19 @@ def check_shape(root: ET.Element) -> None:
         assert {k: int(suite.get(k, "-1")) for k in counts} == counts
         for key in totals:
             totals[key] += counts[key]
-    assert {k: int(root.get(k, "-1")) for k in totals} == totals
+    assert "skipped" not in root.attrib  # junit-10.xsd refuses it on <testsuites>; the suites carry it
+    assert {k: int(root.get(k, "-1")) for k in totals if k != "skipped"} == {k: v for k, v in totals.items() if k != "skipped"}
+
+
+@functools.lru_cache(maxsize=1)
+def junit_xsd() -> Any:
+    import xmlschema
+
+    return xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit.xsd"))
 
 
 def report(path: Path) -> ET.Element:
+    junit_xsd().validate(str(path))  # the XSD's rules: elements, their attributes, required ones, time format
     root = ET.parse(path).getroot()
     check_shape(root)
     return root
@@ -318,3 +328,30 @@ def test_sigterm_before_the_command_got_going_reports_terminated_not_interrupted
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert (props["outcome"], props["exit_code"]) == ("terminated", "143")
     assert any(e.get("message") == "terminated by SIGTERM" for e in suite.iter("error"))
+
+
+def test_every_verdict_validates_against_the_junit_xsd_and_the_root_has_no_skipped(tmp_path: Path) -> None:
+    """A unit over junit.write: passed, failure, error and skipped testcases in one report; the XSD refuses
+    <testsuites skipped=...> (what gpuops wrote before), so validating is what catches it."""
+    import time
+
+    import xmlschema
+
+    from gpuops.cli import junit
+
+    suite = junit.Suite("ct200", "demo", (5,), "pve1", lambda text: text, time.time())
+    suite.cases["preflight"].finish("passed", time.time())
+    suite.cases["warmup GPU 5"].finish("error", time.time(), type="interrupted", message="Ctrl-C", detail="at step 2")
+    suite.cases["training"].finish("failure", time.time(), type="fx-tracing-race", message="aborted", detail="trace")
+    suite.cases["extra"] = junit.Case("extra", status="skipped", message="not run")
+    path = tmp_path / "report.xml"
+    junit.write(str(path), "launch", [suite])
+    root = report(path)
+    assert [c.get("name") for c in root.iter("testcase")] == ["preflight", "warmup GPU 5", "training", "extra"]
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "1", "1")
+    assert root.find("testsuite").get("skipped") == "1"
+    root.set("skipped", "1")
+    bad = tmp_path / "old.xml"
+    ET.ElementTree(root).write(bad, encoding="utf-8", xml_declaration=True)
+    with pytest.raises(xmlschema.XMLSchemaValidationError, match="skipped"):
+        junit_xsd().validate(str(bad))
