@@ -1,0 +1,63 @@
+"""The CI examples (docs/ci/) pass their real judges: check-jsonschema with GitHub's and GitLab's pipeline
+schemas (vendored in check-jsonschema: no network), actionlint on the workflow; and the workflow publishes
+the JUnit report the launch writes with a maintained action, every action on a Node 24 major.
+
+The shell steps' behaviour is tests/test_ci_examples.py's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+CI = Path(__file__).resolve().parents[1] / "docs" / "ci"
+WORKFLOW, GITLAB = CI / "github-actions.yml", CI / "gitlab-ci.yml"
+#: The first major of each action that runs on Node 24 (Node 20 is deprecated on GitHub's runners).
+NODE24 = {"actions/checkout": 5, "actions/setup-python": 6, "actions/upload-artifact": 6,
+          "mikepenz/action-junit-report": 6}
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (the test extra installs it)")
+    return found
+
+
+@pytest.mark.parametrize("path, schema", [(WORKFLOW, "vendor.github-workflows"), (GITLAB, "vendor.gitlab-ci")])
+def test_the_pipeline_passes_check_jsonschema(path: Path, schema: str) -> None:
+    result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", schema, str(path)], capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_workflow_passes_actionlint() -> None:
+    # shellcheck is on PATH here: actionlint then also checks each `run:` script.
+    result = subprocess.run([tool("actionlint"), "-no-color", str(WORKFLOW)], capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def steps() -> list[dict]:
+    return yaml.safe_load(WORKFLOW.read_text())["jobs"]["train"]["steps"]
+
+
+def test_every_action_is_a_node_24_major_and_the_junit_report_is_published() -> None:
+    used = {}
+    for step in steps():
+        if "uses" in step:
+            name, _, ref = step["uses"].partition("@")
+            used[name] = int(ref.lstrip("v").split(".")[0])
+    assert set(used) == set(NODE24), used
+    assert all(used[name] >= major for name, major in NODE24.items()), used
+    (report,) = [s for s in steps() if s.get("uses", "").startswith("mikepenz/action-junit-report@")]
+    launch = next(s for s in steps() if s.get("name") == "Launch")["run"]
+    assert '--junit "$GPUOPS_REPORT/report.xml"' in launch
+    env = yaml.safe_load(WORKFLOW.read_text())["env"]
+    assert report["with"]["report_paths"] == f"{env['GPUOPS_REPORT']}/report.xml"  # the file the launch wrote
+    assert report["if"].startswith("always()")  # a failed launch is what the report is for
+    assert yaml.safe_load(WORKFLOW.read_text())["permissions"].get("checks") == "write"  # it posts a check run
