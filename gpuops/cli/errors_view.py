@@ -11,6 +11,18 @@ def show_error(message: str, hint: str | None, exc: Any) -> None:
     sys.stderr.flush()
 
 
+def show_click_error(exc: Any) -> None:
+    """click's own errors (a bad option, a missing value) in gpuops' one style, with a usage hint."""
+    import click
+
+    ctx = getattr(exc, "ctx", None)
+    hint = None
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        usage = ctx.get_usage().replace("Usage: ", "usage: ", 1)
+        hint = f"{usage}; see '{ctx.command_path} --help'"
+    show_error(exc.format_message(), hint, None)
+
+
 def error_text(message: str, hint: str | None, exc: Any, head: str = "gpuops: error: ") -> str:
     """The error's lines: the message after `head`, the measured table or output tail, the hint."""
     parts = [f"{head}{message}\n"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gpuops import __version__
@@ -17,15 +19,45 @@ junit_option = click.option("--junit", metavar="PATH", shell_complete=complete.f
                             "(testcases: preflight, each warmup GPU, training).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class Gpuops(click.Group):
+    """The command group; click's own errors (usage) come in gpuops' one style: `gpuops: error: ...` + a hint."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        import sys
+
+        from gpuops.cli.errors_view import show_click_error
+
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # bare `gpuops`: the help
+                exc.show()
+                sys.exit(exc.exit_code)
+            show_click_error(exc)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:  # Ctrl-C (or EOF at a prompt) before a command's own boundary
+            from gpuops.errors import ExitCode
+
+            sys.stderr.write("gpuops: interrupted\n")
+            sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=Gpuops, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gpuops")
-def main() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the final outcome (--json output is unchanged).")
+def main(quiet: bool) -> None:
     """Run GPU training jobs in Proxmox LXC containers over SSH, and stop them the moment they go wrong.
 
     Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
     5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C,
     143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 3 > 2 > 124.
     """
+    from gpuops.cli import looks
+
+    looks.QUIET = quiet
 
 
 @main.command(epilog=SEVERAL)

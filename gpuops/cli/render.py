@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from gpuops.agent.protocol import SCHEMA_VERSION
+from gpuops.cli import looks
 from gpuops.client.events import Event, Outcome
 
 
@@ -169,6 +170,8 @@ class TextRenderer:
     def event(self, ev: Event) -> None:
         k = ev.kind
         tag = f"[{ev.target}]"
+        if looks.QUIET and k != "log":  # -q: the outcome and errors only (the log's bytes are the command's output)
+            return
         if k == "log":
             data = ev.get("bytes", b"")
             sys.stdout.buffer.write(self._prefixed(ev.target, data) if self.multi else data)
@@ -242,7 +245,7 @@ class TextRenderer:
             # markup=False: a warmup line is shown as printed (`[rank0]: ...` is no style tag, `:fire:` no emoji).
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
                                       TimeElapsedColumn(), TextColumn("{task.fields[last]}", markup=False),
-                                      console=None, transient=False)
+                                      console=looks.console(), transient=False)
             self._progress.start()
             self._tasks: dict[int, Any] = {}
         p = self._progress

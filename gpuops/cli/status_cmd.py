@@ -67,9 +67,9 @@ def _print(results: list[Any], as_json: bool) -> None:
         sys.stdout.flush()
         return
     if sys.stdout.isatty():
-        from rich.console import Console
+        from gpuops.cli.looks import console
 
-        Console().print(rich_view(results))
+        console().print(rich_view(results))
         return
     sys.stdout.write("".join(line + "\n" for r in results for line in plain_lines(r)))
     sys.stdout.flush()
@@ -81,7 +81,9 @@ def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float)
     from gpuops.client.status import gather
 
     results = gather(pool, inv, targets, sessions)
-    with Live(rich_view(results), refresh_per_second=4, screen=False) as live:
+    from gpuops.cli.looks import console
+
+    with Live(rich_view(results), refresh_per_second=4, screen=False, console=console()) as live:
         while True:
             time.sleep(every)
             results = gather(pool, inv, targets, sessions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from gpuops.cli import looks
 from gpuops.errors import ExitCode, UsageError
 
 
@@ -42,7 +43,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         data = {"checked": checked, "unset_env": unset, "targets": views,
                 "warnings": [*warnings, *(f"target {v['name']} cannot be used: {v['error']}" for v in views if "error" in v)]}
         JsonRenderer().outcome(Outcome("valid", ExitCode.OK, "", data), target or (pb.target if pb else None) or "")
-    else:
+    elif not looks.QUIET:  # -q: the exit code says it; errors still come (exit 2)
         from gpuops.transport.describe import spelled
 
         for line in checked:
