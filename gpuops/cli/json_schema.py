@@ -83,8 +83,9 @@ SHAPES: dict[str, Schema] = {
     "connection": closed({
         "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
         "identity_file": opt(S), "known_hosts": opt(S), "host_key_policy": opt(S), "ctid": opt(I), "gpus": arr(I),
-        "transport": S, "resolved_by": S,
-    }, ("name", "host")),
+        "transport": {"enum": ["local", "ssh"]}, "proxy_command": S,
+    }, ("name", "host", "transport", "address", "port", "user", "jumps", "ctid", "gpus")),
+    "broken_target": closed({"name": S, "error": S}, ("name", "error")),
 }
 
 #: Each event kind's own fields (beside COMMON) and the ones it always has.
@@ -157,7 +158,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "gpus": {"anyOf": [arr(ref("gpu_finding")), arr(ref("gpu_drained"))]}, "survivors": arr(I),
         "last_line": opt(S), "container": S, "run_alive": opt(B), "attempts": I, "earlier_attempts": arr(ref("attempt_ended")),
         "error": S, "hint": S, "thresholds": OBJ, "gpu": I, "output_tail": arr(S),
-        "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr(ref("connection")),
+        "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr({"anyOf": [ref("connection"), ref("broken_target")]}),
     }, ("outcome", "exit_code", "message")),
 }
 
