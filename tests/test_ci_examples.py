@@ -265,7 +265,8 @@ def test_a_short_run_passes_and_its_report_is_kept(ci: str, bench: Bench) -> Non
     assert not ran.failed, ran.outputs
     root, summary = artifacts(ran, 0)
     assert summary["outcome"] == "succeeded"
-    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "0", "0", "0")
+    suite = root.find("testsuite")  # the XSD gives skipped to the suites, not to <testsuites>
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), suite.get("skipped")) == ("3", "0", "0", "0")
     if ci == "github":
         assert ran.step_summary.startswith("### gpuops: succeeded (exit 0)\n"), ran.step_summary
 
