@@ -84,6 +84,7 @@ SHAPES: dict[str, Schema] = {
         "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
         "identity_file": opt(S), "known_hosts": opt(S), "host_key_policy": opt(S), "ctid": opt(I), "gpus": arr(I),
         "transport": {"enum": ["local", "ssh"]}, "proxy_command": S,
+        "jump_host_key_policies": arr(opt(S)),
     }, ("name", "host", "transport", "address", "port", "user", "jumps", "ctid", "gpus")),
     "broken_target": closed({"name": S, "error": S}, ("name", "error")),
 }
