@@ -53,11 +53,14 @@ def alias_block(sshd: SshServer) -> str:
             f"  IdentityFile {sshd.client_key}\n")
 
 
+@pytest.mark.parametrize("include", ["absolute", "relative"])
 def test_an_alias_that_lives_in_an_included_file_is_reached(
-    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox
+    tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, include: str
 ) -> None:
     conf_d = tmp_path / "home" / ".ssh" / "conf.d"
-    home = home_with(tmp_path, f"Include {conf_d}/*.conf\n", **{"conf.d__lab.conf": alias_block(sshd)})
+    # A relative Include is relative to ~/.ssh: $HOME's, here (ssh's would be the passwd home's).
+    where = f"{conf_d}/*.conf" if include == "absolute" else "conf.d/*.conf"
+    home = home_with(tmp_path, f"Include {where}\n", **{"conf.d__lab.conf": alias_block(sshd)})
     inv = alias_inventory(tmp_path, sshd)
     result = status(inv, home, "-v")
     assert result.returncode == 0, result

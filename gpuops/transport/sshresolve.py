@@ -72,13 +72,41 @@ def _check_readable(path: str) -> None:
                            hint="make it readable for the user gpuops runs as, or move it away") from None
 
 
-def _config_flag() -> list[str]:
-    """ssh reads the passwd home's ~/.ssh/config; where $HOME differs, gpuops reads $HOME's, as it always has."""
+def _config_flag() -> tuple[list[str], str | None]:
+    """ssh reads the passwd home's ~/.ssh/config; where $HOME differs, gpuops reads $HOME's, as it always has
+    (given on ssh's stdin, its Include paths made absolute against $HOME: ssh would take a relative or ~/
+    Include from the passwd home's ~/.ssh)."""
     home = _home()
     mine = user_config()
     if home and os.path.realpath(os.path.expanduser("~")) == os.path.realpath(home):
-        return []
-    return ["-F", mine if os.path.exists(mine) else "none"]
+        return [], None
+    if not os.path.exists(mine):
+        return ["-F", "none"], None
+    return ["-F", "/dev/stdin"], _rehomed(mine)
+
+
+def _rehomed(path: str) -> str:
+    """The config's text with its Include paths absolute against $HOME/.ssh (and ~/ against $HOME)."""
+    import re
+
+    with open(path, "rb") as fh:
+        text = fh.read().decode("utf-8", "surrogateescape")
+    ssh_dir = os.path.dirname(os.path.abspath(path))
+    home = os.path.expanduser("~")
+
+    def absolute(word: str) -> str:
+        quote = '"' if word.startswith('"') else ""
+        bare = word.strip('"')
+        if bare.startswith("~/"):
+            bare = os.path.join(home, bare[2:])
+        elif not bare.startswith(("/", "~")):
+            bare = os.path.join(ssh_dir, bare)
+        return f"{quote}{bare}{quote}"
+
+    def line(found: re.Match[str]) -> str:
+        return found.group(1) + " ".join(absolute(w) for w in found.group(2).split())
+
+    return re.sub(r"(?im)^(\s*include[\s=]+)(.*)$", line, text)
 
 
 def _home() -> str:
@@ -95,12 +123,13 @@ def _tilde(path: str) -> str:
 
 
 def _openssh(ssh: str, dest: str, args: tuple[str, ...]) -> Resolved:
-    argv = [ssh, "-G", *_config_flag(), *args, "--", dest] if not dest.startswith("-") else None
-    if argv is None:
+    if dest.startswith("-"):
         raise UsageError(f"ssh destination {dest!r} starts with '-'")
+    config, text = _config_flag()
+    argv = [ssh, "-G", *config, *args, "--", dest]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape",
-                              stdin=subprocess.DEVNULL, timeout=SSH_G_TIMEOUT)
+        done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape", timeout=SSH_G_TIMEOUT,
+                              **({"input": text} if text is not None else {"stdin": subprocess.DEVNULL}))
     except subprocess.TimeoutExpired:
         raise UsageError(f"`ssh -G {dest}` took over {SSH_G_TIMEOUT:.0f} s (a `Match exec` command in ~/.ssh/config?)") from None
     if done.returncode != 0:
