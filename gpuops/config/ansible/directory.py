@@ -12,7 +12,7 @@ from gpuops.config.ansible.yamlfile import accepts as is_ansible_yaml
 from gpuops.config.ansible.yamlfile import parse_yaml
 from gpuops.config.model import Inventory
 from gpuops.config.source import Source
-from gpuops.errors import ConfigError, Mark
+from gpuops.errors import ConfigError, Mark, UsageError
 
 # Ansible's INVENTORY_IGNORE_EXTS and the names it always skips.
 IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
@@ -21,7 +21,11 @@ IGNORED_NAMES = ("group_vars", "host_vars", "vars_plugins")
 
 def load(path: str) -> Inventory:
     tree = Tree(path, base=os.path.abspath(path))
-    for file in files(path):
+    found = files(path)
+    if not found:
+        raise UsageError(f"{path}: is a directory with no inventory file in it (an Ansible inventory directory "
+                         "holds INI or YAML inventory files)")
+    for file in found:
         source = Source(file)
         if os.access(file, os.X_OK) and not source.yaml_named:
             raise ConfigError(Mark(file, 1, 1), "an executable file is a dynamic inventory script: gpuops does not "

@@ -9,7 +9,9 @@ import shlex
 from gpuops.config.ansible.tree import Var, first_set
 from gpuops.errors import ConfigError, Mark
 
-SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # the order Ansible puts them on ssh's argv
+# The order Ansible puts them on ssh's argv (ansible_ssh_args replaces ansible.cfg's ssh_args, which
+# gpuops does not read); the inventory's port and user come first in gpuops (Ansible: after ssh_args).
+SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 # -o options that decide where, as whom, with which key and trust gpuops connects: resolved by `ssh -G`.
 HONOURED = {"hostname", "port", "user", "identityfile", "userknownhostsfile", "stricthostkeychecking", "proxyjump",
             "proxycommand", "connecttimeout", "serveraliveinterval"}  # fmt: skip
@@ -26,7 +28,7 @@ _QUIET_FLAGS = set("CqvTtnxak")  # no effect on what gpuops runs or where
 
 
 def ssh_args(v: dict[str, Var]) -> tuple[tuple[str, ...], dict[str, tuple[str, Mark]]]:
-    """The ssh args (common, then extra) as argv for `ssh -G`, checked; and their -o / -J values by
+    """The ssh args (ssh_args, common, extra) as argv for `ssh -G`, checked; and their -o / -J values by
     lower-case name (the first one given wins, as in ssh) with where each was written."""
     argv: list[str] = []
     options: dict[str, tuple[str, Mark]] = {}
