@@ -58,8 +58,9 @@ def run_over(ct: Ct) -> bool:
 def test_an_fx_race_on_the_first_attempt_is_restarted_with_the_guard_and_the_run_succeeds_detached(ct: Ct) -> None:
     command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "5"))
     with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race", "stall"], "compile_guard": True, "delay": 1})
-    result = ct.gpuops("launch", "--detach")
+    result = ct.gpuops("launch", "--detach", "--json")
     assert result.code == 0, result
+    assert result.events()[-1]["attempts"] == 1, result
     run_id = ct.run_id()
     d = ct.run_dir()
     wait_until(lambda: run_over(ct), timeout=90, message="the restarted run to finish with nobody attached")
@@ -164,8 +165,9 @@ def test_stop_during_the_restart_delay_ends_the_run_for_good(ct: Ct) -> None:
     status = ct.gpuops("status", "--json")
     (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
     assert (session["run"]["state"], session["run"]["attempts"]) == ("restarting", 2), session
-    stopped = ct.gpuops("stop")
+    stopped = ct.gpuops("stop", "--json")
     assert stopped.code == 0, stopped
+    assert (stopped.events()[-1]["outcome"], stopped.events()[-1]["attempts"]) == ("stopped", 2), stopped
     wait_until(lambda: run_over(ct), timeout=60, message="the watchdog to end the run")
     assert json.loads((d / "abort.json").read_text())["by"] == "stop"
     assert not (d / "started").exists() and not (d / "log").exists()  # attempt 2 never started
@@ -265,7 +267,7 @@ def test_warmup_true_runs_the_warmup_again_before_the_restarted_attempt(ct: Ct) 
 def test_stop_while_the_watchdog_aborts_an_attempt_that_would_be_restarted_ends_the_run_for_good(ct: Ct) -> None:
     # Attempt 1 ignores Ctrl-C, so its abort waits out the grace: `gpuops stop` comes in that window, loses the
     # claim to the watchdog's abort, and must still end the run rather than let the restart go on.
-    command = fails_once(ct, f"trap '' INT; {trainer('fx-thread')}", trainer("steps", "--steps", "3"))
+    command = fails_once(ct, f"trap '' INT; {trainer('fx-thread')}", trainer("steps", "--steps", "300"))
     with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 0}, grace=4)
     assert ct.gpuops("launch", "--detach").code == 0
     d = ct.run_dir()
@@ -278,7 +280,8 @@ def test_stop_while_the_watchdog_aborts_an_attempt_that_would_be_restarted_ends_
     assert json.loads((d / "abort.json").read_text())["by"] == "stop"
     # With no delay, attempt 2 may have begun before the stop's claim: it is stopped then, and never restarted.
     assert len(restart_events(d)) == 1 and not (d / "attempts" / "2").exists()
-    assert b"step 3/3" not in (ct.log() if (d / "log").exists() else b"")  # attempt 2 did not go on
+    assert b"step 300/300" not in (ct.log() if (d / "log").exists() else b""), (events(d), stopped.text, stopped.err,
+        (d / "abort.json").read_text(), (d / "abort-done.json").read_text() if (d / "abort-done.json").exists() else None)
     after = ct.gpuops("logs", "-f", "--json")
     assert after.events()[-1]["outcome"] == "stopped", after
     ct.assert_run_gone()

@@ -151,13 +151,15 @@ def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None
 
 
 def _stopped(d: str, rec: Dict[str, Any], say: Callable[..., None]) -> bool:
-    """The run was stopped while the attempt waited: for good. Wait for the stopper's record."""
-    from .abort import wait_done
+    """The run was stopped while the attempt waited: for good. Wait for the stopper's record, then reap:
+    its sequence may have run before this attempt's session existed, and found nothing to stop."""
+    from .abort import reap, wait_done
 
     write_json_atomic(os.path.join(d, p.ATTEMPT), {**rec, "state": p.ATTEMPT_STOPPED})
     record = read_json(os.path.join(d, p.ABORT)) or {}
     say("restart_cancelled", attempt=rec["attempt"], stopped_by=record.get("by"), reason=record.get("reason"))
     wait_done(d, 120.0)
+    reap(os.path.basename(d))
     return False
 
 

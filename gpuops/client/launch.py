@@ -69,7 +69,7 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
         lock.release()
     if detach:
         yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{job.session}' on {target}; "
-                      "its watchdog stops it on a fatal signature or a stall", {"run": run_id})
+                      "its watchdog stops it on a fatal signature or a stall", {"run": run_id, "attempts": 1})
         return
     yield from watch(job, run_id, deadline=deadline)
 
@@ -193,4 +193,6 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     if warming:
         yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})
     else:
-        yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped", {"run": run_id})
+        attempts = (after or info).attempts
+        yield Outcome("stopped", ExitCode.OK, f"run {run_id} stopped" + (f" (attempt {attempts})" if attempts > 1 else ""),
+                      {"run": run_id, "attempts": attempts})
