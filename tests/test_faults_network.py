@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from bench import FakeProxmox, SshServer, procs, wait_until, write_inventory
+from bench import FakeProxmox, SshServer, jsoncheck, procs, wait_until, write_inventory
 from bench.netns import NetNs, NetnsUnavailable
 
 GPUS = (5, 6)
@@ -102,6 +102,7 @@ class Running:
             self.proc.wait(timeout=timeout)
         finally:
             self.kill()
+        jsoncheck.check(self.proc.args, self.out, complete_only=True)  # every --json line valid against `gpuops schema`
         return self
 
     def kill(self) -> None:

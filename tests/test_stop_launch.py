@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench import jsoncheck
 from bench.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ def test_stop_during_warmup_ends_the_launch_before_training(local_env, tmp_path:
     assert "stopped during its warmup" in err
 
     out, err = launcher.communicate(timeout=120)
+    jsoncheck.check(launcher.args, out)  # every --json line valid against `gpuops schema`
     summary = json.loads(out.strip().splitlines()[-1])
     assert launcher.returncode == 6
     assert summary["outcome"] == "stopped" and "training not started" in summary["message"]
