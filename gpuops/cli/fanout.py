@@ -48,6 +48,7 @@ class _Worker:
     word: str = ""
     cost: tuple[int, int] = (0, 0)
     eof: bool = False
+    signalled: set[int] = field(default_factory=set)  # the signals passed on to it (each once)
 
     @property
     def name(self) -> str:
@@ -126,8 +127,11 @@ class Fanout:
                 self._signal(signal.SIGINT)
 
     def _signal(self, sig: int) -> None:
+        """Pass the signal on to each worker once: a second Ctrl-C (a CI `timeout` sends two) must not
+        cut short the cleanup the first one started there."""
         for w in self.workers:
-            if not w.eof:
+            if not w.eof and sig not in w.signalled:
+                w.signalled.add(sig)
                 try:
                     os.kill(w.pid, sig)
                 except ProcessLookupError:

@@ -15,7 +15,8 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.preflight import LaunchLock, evaluate
 from gpuops.client.runspec import meta, prepare_spec
-from gpuops.client.warmup import WarmupError, render_warmup_command, run_warmups
+from gpuops.client.shield import shielded
+from gpuops.client.warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
 from gpuops.client.viewer import watch
 from gpuops.client.runs import dumps, new_run_id
 from gpuops.agent import protocol as p
@@ -43,8 +44,7 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
                     durations[str(ev.get("gpu"))] = ev.get("seconds")
                 yield ev
         except (KeyboardInterrupt, GeneratorExit):
-            reap(job, run_id, persistent=False)  # Ctrl-C: do not wait out a dead link
-            _record(job, run_id, "interrupted", warmup_seconds=durations)
+            stop_warmup(job, run_id, durations)
             raise
         except WarmupError as exc:
             _record(job, run_id, "warmup-failed", error=job.mask(str(exc)), warmup_seconds=durations)
@@ -66,7 +66,8 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
             _record(job, run_id, phase, error=job.mask(str(exc)), quiet=True)
         raise
     finally:
-        lock.release()
+        with shielded():  # a second Ctrl-C leaves no lock holder behind
+            lock.release()
     if detach:
         yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{job.session}' on {target}; "
                       "its watchdog stops it on a fatal signature or a stall", {"run": run_id, "attempts": 1})

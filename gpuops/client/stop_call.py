@@ -90,10 +90,12 @@ def abort_run(job: Job, run_id: str, reason: str, *, by: str = "client", rule: s
     return out
 
 
-def reap(job: Job, run_id: str, *, persistent: bool = True) -> list[int]:
+def reap(job: Job, run_id: str, *, persistent: bool = True, budget: float = ABORT_PERSISTENCE) -> list[int]:
     """Kill every process of the run that is left (workers that outlived the command, a warmup);
-    returns those that survived SIGKILL. `persistent` keeps trying through a dropped connection."""
+    returns those that survived SIGKILL. `persistent` keeps trying through a dropped connection
+    (for `budget` seconds)."""
     cmd = tools.reap(run_id)
     timeout = max(job.timeout, 30.0)
-    result = run_persistently(job, cmd, timeout=timeout) if persistent else job.run(cmd, timeout=timeout)
+    result = (run_persistently(job, cmd, timeout=timeout, budget=budget) if persistent
+              else job.run(cmd, timeout=timeout))
     return p.parse_kill_marked(result.out)

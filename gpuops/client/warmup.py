@@ -7,7 +7,10 @@ from typing import Iterator
 
 import re
 
-from gpuops.errors import ConnectError, RunStopped, WarmupFailed
+from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
+from gpuops.client.runs import dumps
+from gpuops.client.runspec import meta
+from gpuops.client.shield import shielded
 from gpuops.client import tools
 from gpuops.client.stop_call import reap
 from gpuops.client.events import Event
@@ -16,6 +19,8 @@ from gpuops.agent import protocol as p
 from gpuops.agent.smi import SmiError, parse_sample
 
 TAIL_LINES = 30
+#: Seconds an interrupted launch keeps trying to stop its warmup through a broken connection.
+STOP_BUDGET = 30.0
 
 
 class WarmupConnectionLost(ConnectError):
@@ -109,6 +114,20 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
     if code is None:
         raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
     raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
+
+
+def stop_warmup(job: Job, run_id: str, durations: dict[str, float]) -> None:
+    """Ctrl-C during the warmup: end it there (through a new connection if the interrupted one broke;
+    a second Ctrl-C waits until it is done), and record the launch as interrupted (best effort)."""
+    with shielded():
+        try:
+            reap(job, run_id, budget=STOP_BUDGET)
+        except GpuopsError:
+            pass  # the target is gone: nothing of the warmup is left to stop there
+        try:
+            job.run(tools.record(run_id, p.META), stdin=dumps(meta(job, run_id, "interrupted", warmup_seconds=durations)).encode())
+        except GpuopsError:
+            pass
 
 
 def _kill(job: Job, run_id: str, gpu: int) -> None:
