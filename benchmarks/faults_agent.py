@@ -15,6 +15,7 @@ from benchkit import servers, stop
 
 import test_faults_abort as fa  # tests/ is on sys.path through benchkit
 import test_faults_agent as fg
+import test_faults_interrupts as fi
 import test_faults_logs as fl
 import test_faults_reap as fr
 from bench.faults import can_mount
@@ -113,6 +114,21 @@ def foreign_holder(ct: Ct) -> str:
     return "stopped; 'GPU 6 DID NOT DRAIN (held by pids [...])', the other job left alone"
 
 
+def interrupted_twice(ct: Ct) -> str:
+    fake = ct.fake
+    for vmid in fi.CTS[1:]:
+        fake.add_container(vmid)
+    inventory = fi.write_inventory(ct.tmp / "three.yaml", ct.sshd, extra_targets={
+        f"ct{v}": {"host": "pve1", "ctid": v, "gpus": list(range(8))} for v in fi.CTS[1:]})
+    playbook = ct.tmp / "interrupted.yaml"
+    playbook.write_text(fi.yaml.safe_dump({
+        "name": "interrupted", "preflight": {"gpus": [5]},
+        "warmup": {"gpus": [5], "command": "fake-warmup --gpu {gpu} --duration 60 --steps 60"},
+        "launch": {"session": "train", "command": "true"}, "watch": {"stall_timeout": 0}}))
+    fi.test_ctrl_c_twice_mid_warmup_ends_every_targets_warmup_before_exit((fake, inventory, playbook), 0.3)
+    return "exit 130 once all 3 warmups ended; no lock holder left"
+
+
 AGENT_FAULTS: List[Tuple[str, Callable[[], Result]]] = [
     ("19.1 tmux has-session fails (version mismatch)", on_bench(tmux_mismatch)),
     ("19.1 tmux socket deleted (no server running)", on_bench(tmux_socket)),
@@ -129,4 +145,5 @@ AGENT_FAULTS: List[Tuple[str, Callable[[], Result]]] = [
     ("19.10 a worker started with setsid env -i", on_bench(worker("child"))),
     ("19.10 a worker double-forked away", on_bench(worker("double-fork"))),
     ("19.10 another job holds a run GPU", on_bench(foreign_holder)),
+    ("19.11 Ctrl-C twice to a 3-target launch mid-warmup", on_bench(interrupted_twice)),
 ]
