@@ -48,7 +48,7 @@ def _step(attn, qkv) -> float:
     return float(loss.detach())
 
 
-def _drafter_module(device: str, heads: int, dim: int):
+def _drafter_module(device: str, heads: int, dim: int, api: str = "method"):
     """A small drafter block (Linear + flex_attention), compiled as a module with nn.Module.compile()."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
@@ -64,8 +64,11 @@ def _drafter_module(device: str, heads: int, dim: int):
 
     cuda = device.startswith("cuda")
     block = Block().to(device=device, dtype=torch.bfloat16 if cuda else torch.float32)
-    block.compile()
-    return block, torch.optim.SGD(block.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(block.parameters(), lr=1e-3)
+    if api == "function":  # torch.compile(module): an OptimizedModule around it
+        return torch.compile(block), opt
+    block.compile()  # nn.Module.compile(): compiles the module's call in place
+    return block, opt
 
 
 def _train_module(block, opt, shape: int, device: str, heads: int, dim: int) -> float:
@@ -113,7 +116,7 @@ def _drafter(args: argparse.Namespace, attn, counter: Counter, stop: threading.E
     """Steps over the shapes in turn until told to stop (an exception kills this thread only, as in the incident)."""
     shapes = args.shapes
     i = index
-    module = _drafter_module(args.device, args.heads, args.dim) if args.module else None
+    module = _drafter_module(args.device, args.heads, args.dim, args.module_api) if args.module else None
     while not stop.is_set() and (not args.steps or i - index < args.steps):
         shape = shapes[i % len(shapes)]
         i += 1
@@ -194,6 +197,8 @@ def main(argv: list[str]) -> int:
             p.add_argument("--cold", action="store_true", help="(documentation) run with an empty inductor cache")
             p.add_argument("--hang-dump", type=float, default=0.0, help="faulthandler dumps the stacks after N s")
             p.add_argument("--module", action="store_true", help="each thread trains its own nn.Module.compile()d block")
+            p.add_argument("--module-api", choices=["method", "function"], default="method",
+                           help="--module compiles with nn.Module.compile() (method) or torch.compile(module)")
             p.add_argument("--steps", type=int, default=0, help="each thread runs this many steps, then the run ends (0: --seconds)")
     args = ap.parse_args(argv)
     return warmup(args) if args.cmd == "warmup" else train(args)

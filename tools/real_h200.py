@@ -229,6 +229,17 @@ def case_guard_module(work: Path, inv: Path, fake: FakeProxmox) -> None:
     run(work, inv, fake, "guard-module", pb, "launch", "--json", "--yes")
 
 
+def case_guard_module_variants(work: Path, inv: Path, fake: FakeProxmox) -> None:
+    """The module case again, with the stacks dumped at 40 s (where it hangs), and through torch.compile(module)."""
+    for case, api in (("module-dump", "method"), ("module-fn", "function")):
+        cold = _cold(case)
+        pb = playbook(work, case, "dflash-" + case,
+                      f"--module --module-api {api} --threads 3 --steps 20 --seconds 400 --hang-dump 40",
+                      warm=None, env={"TORCHINDUCTOR_CACHE_DIR": cold, "TRITON_CACHE_DIR": cold + "/triton"},
+                      launch={"compile_guard": True}, stall_timeout=55)
+        run(work, inv, fake, case, pb, "launch", "--json", "--yes")
+
+
 def case_restart(work: Path, inv: Path, fake: FakeProxmox) -> None:
     """The same cold three-thread run WITHOUT the guard: stopped (stall), then restarted by the watchdog with
     the guard, nobody attached, and completed."""
@@ -263,6 +274,7 @@ def run(work: Path, inv: Path, fake: FakeProxmox, case: str, pb: Path, *args: st
 
 CASES = {"smoke": case_smoke, "baseline": case_baseline, "eager": case_eager, "eager-race": case_eager_race, "compile": case_compile,
          "detach": case_detach, "deadlock": case_deadlock, "guard": case_guard, "guard-module": case_guard_module,
+         "guard-module-variants": case_guard_module_variants,
          "restart": case_restart, "guard-cost": case_guard_cost}
 
 
