@@ -59,8 +59,8 @@ def tmux_socket(ct: Ct) -> str:
 def full_disk(ct: Ct) -> str:
     if not can_mount():
         raise AssertionError("needs root and mount(8) for a tmpfs")
-    fg.test_a_full_disk_for_a_while_leaves_the_run_protected(ct)
-    return "run alive through 3 s of ENOSPC; " + _by(ct)
+    fg.test_a_full_disk_for_a_while_leaves_the_run_protected(ct)  # asserts the stop by the watchdog (the tmpfs is gone now)
+    return "run alive through 3 s of ENOSPC; the FX race after it stopped by the watchdog"
 
 
 def sigterm(ct: Ct) -> str:
