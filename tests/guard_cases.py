@@ -144,6 +144,17 @@ def case_flex():
     return in_threads(work, steps=5)
 
 
+def case_train():
+    """Each thread its own torch.compile(fn), forward then backward (AOTAutograd compiles the backward
+    lazily, at the first .backward(), outside the compiled call)."""
+    fns = [torch.compile(step) for _ in range(THREADS)]
+
+    def work(i):
+        fns[i](x(4, 32, requires_grad=True), x(4, 32)).sum().backward()
+
+    return in_threads(work)
+
+
 def case_global_state():
     """What the guard cannot see: each thread's compiled function warmed alone, then the default
     dtype changed (global state dynamo guards on): the same arguments, a recompile in every thread."""

@@ -22,7 +22,7 @@ GUARD_PATH = REPO / "gpuops" / "agent" / "guard" / "pythonpath"
 STANDINS = REPO / "tests" / "standins"
 CASES = REPO / "tests" / "guard_cases.py"
 FX = "Detected that you are using FX to symbolically trace a dynamo-optimized function. This is not supported at the moment."
-ALL_CASES = ["functions", "options", "decorator", "module", "module_compile", "nested", "eval"]
+ALL_CASES = ["functions", "options", "decorator", "module", "module_compile", "nested", "eval", "train"]
 
 
 def job_env(guard: bool, *front: str, **extra: str) -> dict[str, str]:
@@ -55,6 +55,16 @@ def test_three_threads_all_run_with_the_guard(case: str) -> None:
     assert out["guarded"] is True and out["torch"].endswith("+standin")
     assert out["errors"] == []
     assert out["counts"]["serialized"] >= 1 and out["counts"]["unguarded"] == 0
+
+
+def test_a_first_calls_lazy_backward_compile_is_kept_exclusive_until_its_backward_ran() -> None:
+    """The H200's module deadlock: a backward compiled lazily outside the first call overlapped another
+    thread's forward compile. With the hold, each first call's backward ran before the next first call."""
+    out = run_case("train", job_env(True))
+    assert out["errors"] == []
+    assert out["counts"]["backward_holds"] == 3 and out["counts"]["backward_timeouts"] == 0
+    held = run_case("train", job_env(True, GPUOPS_COMPILE_GUARD_BACKWARD_WAIT="0.01"))
+    assert held["errors"] and set(held["errors"]) == {FX}  # let go at once: the backward compiles race again
 
 
 def test_each_new_signature_is_one_serialized_first_call_and_waits_are_counted() -> None:

@@ -33,7 +33,7 @@ def _has_torch() -> bool:
 pytestmark = pytest.mark.skipif(not _has_torch(), reason="no real torch here (the lead runs this on a GPU machine)")
 
 
-@pytest.mark.parametrize("case", ["functions", "options", "decorator", "module", "module_compile", "eval"])
+@pytest.mark.parametrize("case", ["functions", "options", "decorator", "module", "module_compile", "eval", "train"])
 def test_real_torch_three_threads_run_guarded(case: str, tmp_path: Path) -> None:
     env = _env(True)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")  # cold caches, as in the incident

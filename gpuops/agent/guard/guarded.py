@@ -11,7 +11,7 @@ import sys
 import time
 from _thread import get_ident
 
-from . import argkey, rwlock, tally
+from . import argkey, backward, rwlock, tally
 
 _READERS, _BUSY, _WRITER = rwlock.READERS, rwlock.BUSY, rwlock.WRITER
 _skipped = [False]
@@ -25,6 +25,7 @@ def _first_call(compiled: object, seen: dict, key: object, args: tuple, kwargs: 
         seen[key] = True
         return result
     held = rwlock.acquire_exclusive(me)
+    kept = False
     try:
         if key in seen:  # another thread's first call of this signature ran while we waited
             return compiled(*args, **kwargs)  # type: ignore[operator]
@@ -33,9 +34,12 @@ def _first_call(compiled: object, seen: dict, key: object, args: tuple, kwargs: 
         seen[key] = True
         tally.COUNTS.serialized += 1
         tally.COUNTS.first_call_s += time.monotonic() - start
+        # Not nested in a shared hold of ours: the lazy backward compile is kept exclusive too.
+        kept = held == 0 and backward.hold_for_backward(me, result)
         return result
     finally:
-        rwlock.release_exclusive(me, held)
+        if not kept:
+            rwlock.release_exclusive(me, held)
 
 
 def guard_callable(compiled: object, grad_enabled: object, module: object = None) -> object:

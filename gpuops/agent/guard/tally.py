@@ -29,6 +29,8 @@ class Counts:
         self.waits = 0  # calls that waited for the lock
         self.waited = 0.0  # seconds they waited in all
         self.unguarded = 0  # objects the guard could not wrap (an unknown compiled module shape)
+        self.backward_holds = 0  # first calls whose lazy backward compile was kept exclusive too
+        self.backward_timeouts = 0  # of those, released after backward.WAIT with no backward run
 
     def as_record(self) -> dict:
         return {
@@ -41,6 +43,8 @@ class Counts:
             "waits": self.waits,
             "waited_s": round(self.waited, 3),
             "unguarded": self.unguarded,
+            "backward_holds": self.backward_holds,
+            "backward_timeouts": self.backward_timeouts,
             "updated": round(time.time(), 3),
         }
 

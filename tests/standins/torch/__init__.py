@@ -6,7 +6,11 @@ signature and both decorator forms; ``Tensor`` (shape, stride(), dtype, device, 
 object that misbehaves as the real one does before 2.14 (REFERENCE.md, "PyTorch failure
 texts"): its first call per guard set traces with a process-global FX flag set, for
 TORCH_STANDIN_COMPILE_SECONDS (default 0.2), and any compiled call that starts while that flag
-is set raises the real RuntimeError. Nothing here computes: tensors carry metadata only.
+is set raises the real RuntimeError. Its backward is compiled lazily, as AOTAutograd does: the
+first ``.backward()`` through a compiled node traces with the same flag set, on the calling thread
+and outside the compiled call (the real one runs it on the autograd engine's device thread, where
+it deadlocked against another thread's forward compile on the H200). Nothing here computes:
+tensors carry metadata only.
 """
 
 import os
@@ -67,6 +71,7 @@ class Tensor:
         self._dtype = dtype
         self._device = device(device_)
         self.requires_grad = requires_grad
+        self.grad_fn = None  # an autograd node when the tensor came out of a compiled call that needs grad
 
     @property
     def shape(self):
@@ -97,6 +102,18 @@ class Tensor:
         return Tensor(self._shape, self._dtype, self._device, self.requires_grad)
 
     __mul__ = __radd__ = __add__
+
+    def sum(self):
+        """A scalar whose grad_fn is a SumBackward0 over this tensor's node (the guard walks through it)."""
+        out = Tensor((), self._dtype, self._device, self.requires_grad)
+        if self.grad_fn is not None:
+            out.grad_fn = autograd.graph.Node("SumBackward0", (self.grad_fn,))
+        return out
+
+    def backward(self):
+        if self.grad_fn is None:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        autograd.graph.run_backward(self.grad_fn)
 
     def __repr__(self):
         return "tensor(shape=%s, dtype=%r, device=%r)" % (list(self._shape), self._dtype, self._device)
@@ -159,4 +176,4 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     return _dynamo.optimize(backend, nopython=fullgraph, dynamic=dynamic, disable=disable)(model)
 
 
-from . import nn, _dynamo  # noqa: E402 - as torch/__init__.py imports its submodules last
+from . import autograd, nn, _dynamo  # noqa: E402 - as torch/__init__.py imports its submodules last

@@ -40,9 +40,32 @@ def _guard(value):
     return ("type", type(value).__qualname__)
 
 
+def _trace():
+    """Trace and compile with the process-global flag set; a trace that starts while another runs fails."""
+    with _flag_lock:
+        if _is_fx_tracing_flag[0]:
+            raise RuntimeError(FX_ERROR)
+        _is_fx_tracing_flag[0] += 1
+    try:
+        time.sleep(torch.COMPILE_SECONDS)
+    finally:
+        with _flag_lock:
+            _is_fx_tracing_flag[0] -= 1
+
+
+def _lazy_backward(backwards, guards):
+    def compile_backward():
+        if guards not in backwards:
+            _trace()
+            backwards.add(guards)
+            counters["backward"]["ok"] += 1
+    return compile_backward
+
+
 def _compile(fn, owner=None):
     """What _TorchDynamoContext.__call__ returns for a function: compile_wrapper."""
     cache = set()
+    backwards = set()  # guard sets whose backward was compiled (AOTAutograd compiles it lazily)
 
     @functools.wraps(fn)
     def compile_wrapper(*args, **kwargs):
@@ -60,7 +83,12 @@ def _compile(fn, owner=None):
                     _is_fx_tracing_flag[0] -= 1
             cache.add(guards)
             counters["frames"]["ok"] += 1
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        needs_grad = torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in args)
+        if needs_grad and isinstance(out, torch.Tensor):
+            out.requires_grad = True
+            out.grad_fn = torch.autograd.graph.Node("CompiledFunctionBackward", (), _lazy_backward(backwards, guards))
+        return out
 
     compile_wrapper._torchdynamo_orig_callable = fn
     compile_wrapper._torchdynamo_inline = fn
