@@ -15,13 +15,13 @@ import time
 from typing import BinaryIO, Optional
 
 from . import protocol as p
-from . import tmux
 from . import watchfile
 from .abort import claimer_dead, finish_orphan
 from .logfile import LogFile
+from .liveness import Liveness
 from .procs import running
+from .wake import Waker
 
-POLL = 0.02
 #: Once the run ended, wait at most this long for a live watchdog to write its last records.
 WATCHDOG_GRACE = 15.0
 #: A stopped run whose session is gone: wait at most this long for the aborter's final record.
@@ -70,7 +70,9 @@ class Follower:
         self.logf = LogFile(d, offset, inode)
         self.opened = False  # the log was open once: a new file at its path is then a rotation
         self.size, self.mtime = -1, 0.0
-        self.last_session_check = 0.0
+        self.live = Liveness(d, session, os.path.basename(d), seen=True)
+        #: Woken by the log, the events and the run's records (inotify), not polling them.
+        self.waker = Waker(d, [p.LOG, p.EVENTS], quiet=(p.WATCHDOG, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT))
         self.gone_since: Optional[float] = None
         self.finisher: Optional[threading.Thread] = None
         self.last_orphan_check = 0.0
@@ -181,10 +183,7 @@ class Follower:
         code = self.exit_code()
         if code is not None and not aborting:
             return p.end_frame("exit", code)
-        if not self.session or now - self.last_session_check < 1.0:
-            return None
-        self.last_session_check = now
-        if not tmux.gone(self.session, os.path.basename(self.d)):  # a tmux error is no end
+        if not self.session or not self.live.gone(now):  # a tmux error is no end
             return None
         code = self.exit_code()  # again: run.sh writes it just before its session ends
         if not aborting:
@@ -235,7 +234,8 @@ class Follower:
                         self.pump_events()
                         self.w(end)
                         return
-                time.sleep(p.HEARTBEAT_EVERY / 10 if end is not None else POLL)
+                wait = p.HEARTBEAT_EVERY / 10 if end is not None else last_hb + p.HEARTBEAT_EVERY - now
+                self.waker.wait(wait, self.live.fds())
             if now - last_hb >= p.HEARTBEAT_EVERY:
                 age, wd_offset, state = self.watchdog(now)
                 self.w(p.heartbeat_frame(now, self.size, self.mtime, age, wd_offset, state))

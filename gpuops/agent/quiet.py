@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from . import protocol as p
 from . import watchfile
+from .apps_loop import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
@@ -44,45 +45,6 @@ def die_with_parent() -> None:
         pass
 
 
-class ProcessCounter:
-    """The compute processes on each GPU of the run, counted every few samples: nvidia-smi answers one
-    query per call, so this is a second, one-shot call (`--query-compute-apps`), not waited on."""
-
-    def __init__(self, gpus: List[int]) -> None:
-        self.gpus = gpus
-        self.uuids: Dict[str, int] = {}
-        self.proc: Optional[subprocess.Popen] = None
-        self.counts: Optional[Dict[int, int]] = None
-
-    def start(self) -> None:
-        if self.proc is not None:
-            return
-        query = "--query-gpu=index,uuid" if not self.uuids else "--query-compute-apps=gpu_uuid,pid"
-        try:
-            self.proc = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
-        except OSError:
-            self.proc = None
-
-    def poll(self) -> Optional[Dict[int, int]]:
-        """Counts per GPU once a query finished (None while none did)."""
-        if self.proc is None or self.proc.poll() is None:
-            return None
-        out = self.proc.stdout.read().decode("utf-8", "replace") if self.proc.returncode == 0 else ""
-        self.proc = None
-        rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-        if not self.uuids:
-            self.uuids = {r[1]: int(r[0]) for r in rows if len(r) == 2 and r[0].isdigit()}
-            return None
-        counts = {g: 0 for g in self.gpus}
-        for row in rows:
-            gpu = self.uuids.get(row[0])
-            if gpu in counts:
-                counts[gpu] += 1
-        self.counts = counts
-        return counts
-
-
 class Sampler:
     """`nvidia-smi --query-gpu=index,memory.used,utilization.gpu ... -lms N` read without blocking."""
 
@@ -104,6 +66,9 @@ class Sampler:
             return
         os.set_blocking(self.proc.stdout.fileno(), False)
 
+    def fds(self) -> List[int]:
+        return [self.proc.stdout.fileno()] if self.proc is not None else []
+
     def poll(self, now: float) -> List[Dict[int, Any]]:
         """The complete samples that arrived (each: index -> (MiB, %))."""
         if self.proc is None:
@@ -111,9 +76,10 @@ class Sampler:
                 self.start(now)
             return []
         try:
-            chunk = self.proc.stdout.read() or b""
+            raw = self.proc.stdout.read()  # None: nothing yet; b"": its pipe closed
         except OSError:
-            chunk = b""
+            raw = None
+        chunk = raw or b""
         self.buf += chunk
         out = []
         *lines, self.buf = self.buf.split(b"\n")
@@ -128,6 +94,9 @@ class Sampler:
         if len(self.rows) == len(self.gpus):
             out += self._sample()
         code = self.proc.poll()
+        if code is None and raw == b"":  # its pipe closed: of no more use (and it would wake every wait)
+            self.proc.kill()
+            code = self.proc.wait()
         if code is not None:
             self.proc, self.down_since = None, now
             self.problem = self.problem or "nvidia-smi exited with code %s" % code
@@ -170,7 +139,7 @@ class Quiet:
         self.baseline = baseline_from_config(detector_config(cfg), last, self.gpus)
         self.detectors = Detectors(detector_config(cfg), self.baseline, started, no_baseline=why)
         self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
-        self.processes = ProcessCounter(self.gpus) if self.gpus else None
+        self.processes = ProcessLoop(self.gpus, CACHE_EVERY * self.interval, die_with_parent) if self.gpus else None
         self.samples = 0
         self.said_problem: Optional[str] = None
         self.cache = self._cache_watcher()
@@ -223,12 +192,10 @@ class Quiet:
     def tick(self, now: float) -> List[Finding]:
         """Read what arrived, judge; the findings that begin now."""
         if self.sampler is not None:
-            self.processes.poll()
+            self.processes.poll(now)
             for sample in self.sampler.poll(now):
                 self.samples += 1
-                if self.samples % CACHE_EVERY == 1:
-                    self.processes.start()
-                procs, self.processes.counts = self.processes.counts, None
+                procs = self.processes.take()
                 self.telemetry.append(now, sample, procs=procs, throughput=self.figures.take())
                 self.detectors.sample(now, sample)
                 self.last["gpus"] = {str(g): list(v) for g, v in sample.items()}
@@ -249,6 +216,12 @@ class Quiet:
         self.fired += [f.rule for f in findings if f.action != "note"]
         return findings
 
+    def fds(self) -> List[int]:
+        """The samplers' pipes: the watchdog's wait ends when a sample arrives."""
+        if self.sampler is None:
+            return []
+        return self.sampler.fds() + self.processes.fds()
+
     def problem(self) -> Optional[str]:
         """Why GPU samples are missing, once per new reason."""
         why = self.sampler.problem if self.sampler is not None else None
@@ -268,6 +241,7 @@ class Quiet:
         """Stop sampling and keep the run's profile (what later runs are judged against)."""
         if self.sampler is not None:
             self.sampler.stop()
+            self.processes.stop()
         settles = [s.get("settle", 60.0) for s in (self.cfg.get("throughput"), self.cfg.get("gpu_memory")) if s]
         return keep_profile(self.d, settle=min(settles) if settles else 60.0, findings=self.fired,
                             figure_rate=self.detectors.figure_rate())

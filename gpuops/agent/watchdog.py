@@ -21,19 +21,20 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
-from . import restarts, tmux
+from . import restarts
 from . import watchfile
 from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
 from .logfile import LogFile
+from .liveness import Liveness
 from .masking import Masker
 from .quiet import Quiet
 from .records import read_json
 from .runfiles import append_event
 from .signatures.rules import advice
 from .stall import StallClock
+from .wake import Waker
 from .watchcfg import build_matcher, stall_config
 
-POLL = 0.02
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.
 MAX_REPORTS = 100
@@ -158,8 +159,10 @@ class Watchdog:
         self.aborter: Optional[threading.Thread] = None
         self.claimed_by: Optional[str] = None
         self.session_seen = bool(state.get("session_seen"))
-        self.last_beat = self.last_session_check = 0.0
-        self.session_alive = True
+        self.last_beat = 0.0
+        self.live = Liveness(d, self.session, self.run_id, self.session_seen)
+        #: Woken by the log and the run's records (inotify), not polling them; its own records wake nobody.
+        self.waker = Waker(d, [p.LOG], quiet=(p.WATCHDOG, p.EVENTS, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT))
         self.stall_said = False
         self.write_failing = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
@@ -224,11 +227,12 @@ class Watchdog:
             self.first_abort = hit
             self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
 
-    def check_quiet(self, now: float) -> None:
-        """GPU samples, figures and the cache, judged: a finding is a match of its detector rule."""
-        if now < self.next_quiet:
+    def check_quiet(self, now: float, samples: bool = False) -> None:
+        """GPU samples, figures and the cache, judged: a finding is a match of its detector rule. Woken
+        by a sample (`samples`: the sampler's pipe is readable), else once a heartbeat period."""
+        if now < self.next_quiet and not samples:
             return
-        self.next_quiet = now + 0.25
+        self.next_quiet = now + p.HEARTBEAT_EVERY
         try:
             findings = self.quiet.tick(now)
         except OSError as exc:  # samples that cannot be written (a full disk): the next tick tries again
@@ -337,12 +341,9 @@ class Watchdog:
     # -- the end ------------------------------------------------------------------------------
     def ended(self, now: float) -> bool:
         """The run is over: its command exited or its session is gone, and any abort finished."""
-        if now - self.last_session_check >= 0.5:
-            self.last_session_check = now
-            started = os.path.exists(os.path.join(self.d, p.STARTED))  # before the check: then alive is current
-            self.session_alive = not tmux.gone(self.session, self.run_id)  # a tmux error is no end
-            self.session_seen = self.session_seen or started or self.session_alive
-        over = os.path.exists(os.path.join(self.d, p.EXIT_CODE)) or (self.session_seen and not self.session_alive)
+        gone = self.live.gone(now)  # always asked: it lets go of a pidfd whose process ended
+        over = os.path.exists(os.path.join(self.d, p.EXIT_CODE)) or gone
+        self.session_seen = self.live.seen
         if not over:
             return False
         if os.path.exists(os.path.join(self.d, p.ABORT)):
@@ -367,6 +368,8 @@ class Watchdog:
             self.on_hit(hit)
         if self.aborter is not None:
             self.aborter.join()
+        self.waker.close()
+        self.live.close()
         after = restarts.due(self.d, self.cfg)
         try:
             self.quiet.finish()
@@ -403,7 +406,7 @@ class Watchdog:
             "restarts": self.restarts, "attempt": self.attempt["attempt"],
             "max_attempts": restarts.max_attempts(self.cfg),
             "restart_due": self.status == "aborting" and restarts.due(self.d, self.cfg) is not None,
-            "disabled_rules": sorted(self.matcher.guard.disabled),
+            "disabled_rules": sorted(self.matcher.guard.disabled), "wait": self.waker.mode,
             **self.quiet.heartbeat(),
         })
         if failed is not None:
@@ -416,12 +419,15 @@ class Watchdog:
             self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
         self.beat(force=True)
         next_claim_check = 0.0
+        ready: List[int] = []
         while True:
             got = self.read_log()
+            if got and self.waker.timed_out:
+                self.waker.missed()  # the log grew and no event said so
             now_m, now = time.monotonic(), time.time()
             self.check_stall(now_m)
-            self.check_quiet(now)
-            if now >= next_claim_check:
+            self.check_quiet(now, samples=bool(ready))
+            if now >= next_claim_check or not got:  # woken by a record (abort.json?), or every 0.25 s of log
                 next_claim_check = now + 0.25
                 self.check_claims()
             self.beat()
@@ -429,7 +435,15 @@ class Watchdog:
                 self.finish()
                 return 0
             if not got:
-                time.sleep(POLL)
+                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds())
+            else:
+                ready = []
+
+    def wait_for(self) -> float:
+        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
+        left = self.last_beat + p.HEARTBEAT_EVERY - time.time()
+        busy = self.status != "watching" or self.retry_abort is not None
+        return min(left, 0.1) if busy else left
 
 
 def main(argv: list) -> int:

@@ -1,0 +1,182 @@
+"""Sleep until a run's files change: inotify on Linux (ctypes, stdlib only), a 20 ms poll elsewhere.
+
+The watchdog and the follower wait here instead of polling the log: a process blocked in
+select() on an inotify descriptor costs nothing until the log grows, is truncated, replaced or
+deleted, or a record (exit_code, abort.json, started, ...) appears in the run directory. The
+wait also ends when one of the caller's own descriptors is readable (the GPU sampler's pipe, the
+training's pidfd) or after `timeout` seconds (the heartbeat), so a missed event costs at most one
+heartbeat period, never a match. Where inotify cannot be had (no ctypes or libc, not Linux, the
+per-user instance limit, GPUOPS_AGENT_NO_INOTIFY=1, a kernel that never delivers its events) the
+wait is the old poll: it returns every POLL seconds and the caller reads as before.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import struct
+import time
+from typing import Dict, Iterable, List, Optional, Sequence
+
+POLL = 0.02
+#: Events of the watched files: growth, a changed size or mode (truncation), a rename or deletion.
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
+FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF
+DIR_MASK = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE
+_HEAD = struct.Struct("iIII")
+#: Timeouts in a row after which the watched file had grown though no event came: inotify is no use here.
+MISSES_TO_POLL = 3
+NO_INOTIFY_ENV = "GPUOPS_AGENT_NO_INOTIFY"
+
+
+def _libc() -> Optional[object]:
+    """libc's inotify calls, or None where there are none (not Linux, no ctypes, turned off)."""
+    if os.environ.get(NO_INOTIFY_ENV) == "1":
+        return None
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        for name in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch"):
+            getattr(libc, name)
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        return libc
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+class Waker:
+    """Waits for a change of the named files of directory `d` (or of any other name there, less `quiet`)."""
+
+    def __init__(self, d: str, files: Sequence[str], quiet: Iterable[str] = ()) -> None:
+        self.d, self.files, self.quiet = d, tuple(files), set(quiet)
+        self.fd: Optional[int] = None
+        self.watches: Dict[int, Optional[str]] = {}  # watch descriptor -> file name (None: the directory)
+        self.misses = 0
+        self.timed_out = False  # the last wait ended by its timeout
+        self.why_poll = ""
+        self.libc = _libc()
+        if self.libc is None:
+            self.why_poll = "inotify turned off" if os.environ.get(NO_INOTIFY_ENV) == "1" else "no inotify here"
+            return
+        fd = self.libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            self.why_poll = "inotify_init1: %s" % os.strerror(self._errno())
+            return
+        self.fd = fd
+        if self._add(None) is None:
+            self.close()
+            return
+        for name in self.files:
+            self._add(name)
+
+    @property
+    def mode(self) -> str:
+        """`inotify`, or `poll (why)`: what status says of the watchdog's waiting."""
+        return "inotify" if self.fd is not None else "poll (%s)" % self.why_poll
+
+    def _errno(self) -> int:
+        import ctypes
+
+        return ctypes.get_errno() or errno.EIO
+
+    def _add(self, name: Optional[str]) -> Optional[int]:
+        """Watch the directory (name None) or one file in it (again: a replaced file is a new inode)."""
+        assert self.fd is not None and self.libc is not None
+        path = self.d if name is None else os.path.join(self.d, name)
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(path), DIR_MASK if name is None else FILE_MASK)
+        if wd < 0:
+            if name is None:
+                self.why_poll = "inotify_add_watch: %s" % os.strerror(self._errno())
+            return None
+        for old in [w for w, n in self.watches.items() if n == name and w != wd]:
+            self.libc.inotify_rm_watch(self.fd, old)  # the watch of the file that was moved away
+            del self.watches[old]
+        self.watches[wd] = name
+        return wd
+
+    def wait(self, timeout: float, fds: Sequence[int] = ()) -> List[int]:
+        """Block until a watched file changed, one of `fds` is readable, or `timeout` passed (poll mode: at
+        most POLL). The readable fds of `fds` (empty when a file changed or time ran out)."""
+        self.timed_out = False
+        if self.fd is None:
+            return [f for f in _select(list(fds), min(max(0.0, timeout), POLL)) if f in fds]
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = _select([self.fd, *fds], max(0.0, deadline - time.monotonic()))
+            theirs = [f for f in ready if f != self.fd]
+            if theirs:
+                return theirs
+            if not ready:
+                self.timed_out = True
+                return []
+            if self._drain():
+                self.misses = 0
+                return []
+
+    def _drain(self) -> bool:
+        """Read the pending events: True when one is of interest (re-watching a file that was replaced)."""
+        assert self.fd is not None
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        woke, pos = False, 0
+        while pos + _HEAD.size <= len(data):
+            wd, mask, _, size = _HEAD.unpack_from(data, pos)
+            name = data[pos + _HEAD.size: pos + _HEAD.size + size].split(b"\0", 1)[0].decode("utf-8", "replace")
+            pos += _HEAD.size + size
+            if mask & IN_Q_OVERFLOW:
+                woke = True
+                continue
+            if wd not in self.watches:
+                continue  # a watch given up already (the file moved away and its name is watched anew)
+            whose = self.watches[wd]
+            if whose is None:  # the directory: a record appeared, or a watched file was (re)created or moved
+                if name in self.files and mask & (IN_CREATE | IN_MOVED_TO):
+                    self._add(name)
+                if name in self.files or (name not in self.quiet and not name.endswith(".tmp")):
+                    woke = True
+                continue
+            woke = True  # a watched file changed
+            if mask & IN_IGNORED:
+                self.watches.pop(wd, None)
+            if mask & (IN_IGNORED | IN_MOVE_SELF | IN_DELETE_SELF):
+                self._add(whose)  # the name may be another file now (or none yet: the directory tells)
+        return woke
+
+    def missed(self) -> None:
+        """The caller found its file grown after a timeout that no event ended: after a few in a row,
+        inotify is taken for blind here (a file system that sends no events) and the wait polls."""
+        if self.fd is None or not self.timed_out:
+            return
+        self.misses += 1
+        if self.misses >= MISSES_TO_POLL:
+            self.why_poll = "inotify sent no events"
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = None
+        self.watches = {}
+
+
+def _select(fds: List[int], timeout: float) -> List[int]:
+    """The readable fds, or [] once timeout passed (a signal is no error)."""
+    try:
+        return select.select(fds, [], [], timeout)[0]
+    except InterruptedError:
+        return []
+    except (OSError, ValueError):  # a descriptor that went away: the caller sees it on its next read
+        return list(fds)
