@@ -3,6 +3,7 @@
     python3 benchmarks/run.py                 # all of them (about 7 minutes on 2 cores)
     python3 benchmarks/run.py startup status  # some of them: startup status abort follow scan
                                               #   wd-abort wd-cpu wd-kill guard telemetry faults compile-guard
+                                              #   wd-idle wd-latency
     python3 benchmarks/run.py --scan-mb 1024 --abort-runs 20
     python3 benchmarks/run.py --venv          # gpuops from a clean venv, installed as users install it
 
@@ -32,6 +33,7 @@ from benchkit import GPUOPS, ROOT, Row, pct, servers as _servers, stop as _stop,
 from bench_compile_guard import bench_compile_guard
 from bench_faults import bench_faults
 from bench_guard import bench_guard
+from bench_idle import bench_wd_idle, bench_wd_latency
 from bench_wdcost import bench_telemetry, bench_wd_cpu
 from bench_watchdog import bench_wd_abort, bench_wd_kill
 from bench import FakeProxmox, SshServer  # noqa: E402
@@ -326,6 +328,8 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "compile-guard": bench_compile_guard,
     "telemetry": bench_telemetry,
     "faults": bench_faults,
+    "wd-idle": bench_wd_idle,
+    "wd-latency": bench_wd_latency,
 }
 
 
@@ -373,6 +377,7 @@ def main() -> int:
     ap.add_argument("--wd-mb", type=int, default=1000, help="wd-cpu: MB of log written at 20 MB/s")
     ap.add_argument("--guard-mb", type=int, default=256, help="guard: MiB of the scanned log")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="telemetry: seconds the idle run is measured")
+    ap.add_argument("--idle-cpu-seconds", type=float, default=30.0, help="wd-idle: seconds the idle watchdog is measured")
     ap.add_argument("--days", type=int, default=3, help="telemetry: simulated days of samples")
     ap.add_argument("--seed", type=int, default=1, help="wd-kill: seed of the random race moments")
     ap.add_argument("--venv", action="store_true", help="run gpuops from a clean venv (benchmarks/out/venv), as users install it")

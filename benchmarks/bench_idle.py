@@ -1,0 +1,101 @@
+"""What a detached run's watchdog costs while nothing happens, and how fast it sees a line that matters.
+
+wd-idle: a run logging one line a second with 8 GPUs sampled every 2 s, measured over --idle-cpu-seconds:
+the watchdog's own CPU plus what its tools cost (the commands it ran and reaped: cutime + cstime;
+its live nvidia-smi loops: their utime + stime), all from /proc. Beside it, in the same container
+over the same seconds, `tail -F` of the same log (the cheapest thing that follows a log).
+
+wd-latency: a trainer prints a stamped line a rule warns on every 0.3 s; the latency is the match
+event's time minus the stamp (both this machine's clock). Beside it, the same run in a second
+container whose watchdog is made to poll (GPUOPS_AGENT_NO_INOTIFY=1: the 20 ms poll it had before).
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchkit import Row, Site, children, cpu_times, wait_for
+from bench.watchdog import events, heartbeat, wait_watching
+
+STAMPER = ("python3 -u -c \"import time\nfor i in range(LINES):\n    time.sleep(0.3)\n"
+           "    print('bench-mark %.6f' % time.time())\ntime.sleep(600)\"")
+LINES = 25
+
+
+def _tree_cpu(pid: int) -> tuple[float, float, float] | None:
+    """CPU seconds of a process, of the children it reaped, and of its live children (the nvidia-smi loops)."""
+    own = cpu_times(pid)
+    if own is None:
+        return None
+    return own[0], own[1], sum((cpu_times(c) or (0.0, 0.0))[0] for c in children(pid))
+
+
+def bench_wd_idle(args: Any) -> list[Row]:
+    site = Site(Path(tempfile.mkdtemp(prefix="gpuops-bench-")))
+    try:
+        cmd = "fake-train --mode perf --interval 1 --duration 3600 --gpus 0,1,2,3,4,5,6,7"
+        pb = site.playbook("idle", cmd, gpus=tuple(range(8)), watch={"sample_interval": 2})
+        d = site.run_dir(site.launch_detached(pb))
+        pid = wait_watching(d)
+        wait_for(lambda: len(children(pid)) >= 2, 30, "the watchdog's two nvidia-smi loops")
+        time.sleep(3)  # past the start-up
+        tail = subprocess.Popen(["tail", "-F", str(d / "log")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        t0, wd0, tail0 = time.time(), _tree_cpu(pid), cpu_times(tail.pid)
+        time.sleep(args.idle_cpu_seconds)
+        wall, wd1, tail1 = time.time() - t0, _tree_cpu(pid), cpu_times(tail.pid)
+        tail.send_signal(signal.SIGTERM)
+        tail.wait()
+        beat = heartbeat(d)
+        site.gpuops("stop", playbook=pb)
+    finally:
+        site.close()
+    if wd0 is None or wd1 is None or tail0 is None or tail1 is None:
+        raise RuntimeError("the watchdog or tail -F ended during the measurement")
+    own, reaped, loops = (100 * (b - a) / wall for a, b in zip(wd0, wd1))
+    wd = own + reaped + loops
+    base = 100 * (sum(tail1) - sum(tail0)) / wall
+    return [Row(f"watchdog CPU idle, 1 line/s, 8 GPUs sampled every 2 s, with its tools ({wall:.0f} s)", [wd], unit="%",
+                baseline_name="tail -F of the same log, same seconds", baseline=[base], target="<= 0.25% of one core",
+                met=wd <= 0.25, note=f"waiting: {beat.get('wait')}; /proc utime+stime: the watchdog {own:.3f}%, the commands it ran "
+                                     f"and reaped {reaped:.3f}%, its two nvidia-smi loops (the Python stand-in) {loops:.3f}%")]
+
+
+def _latencies(d: Path) -> list[float]:
+    out = []
+    for ev in events(d):
+        line = str(ev.get("line") or "")
+        if ev.get("event") == "match" and ev.get("rule") == "bench-mark" and line.startswith("bench-mark "):
+            out.append(float(ev["ts"]) - float(line.split()[1]))
+    return out
+
+
+def bench_wd_latency(args: Any) -> list[Row]:
+    site = Site(Path(tempfile.mkdtemp(prefix="gpuops-bench-")), cts=(200, 201))
+    try:
+        site.fake.set_env(201, GPUOPS_AGENT_NO_INOTIFY="1")
+        rules = [{"name": "bench-mark", "pattern": "^bench-mark ", "action": "warn"}]
+        cmd = STAMPER.replace("LINES", str(LINES))
+        runs = {}
+        for ct in (200, 201):
+            pb = site.playbook(f"lat{ct}", cmd, ct=ct, gpus=(), rules=rules)
+            runs[ct] = (pb, site.run_dir(site.launch_detached(pb), ct))
+        for ct, (pb, d) in runs.items():
+            wait_for(lambda: len(_latencies(d)) >= LINES, 60, f"the {LINES} matches in CT {ct}", interval=0.2)
+        ino, poll = _latencies(runs[200][1]), _latencies(runs[201][1])
+        modes = (heartbeat(runs[200][1]).get("wait"), heartbeat(runs[201][1]).get("wait"))
+        for pb, _ in runs.values():
+            site.gpuops("stop", playbook=pb)
+    finally:
+        site.close()
+    med = statistics.median(ino)
+    return [Row(f"watchdog log line -> match, detached ({len(ino)} lines)", ino,
+                baseline_name="the same, the watchdog polling (GPUOPS_AGENT_NO_INOTIFY=1)", baseline=poll,
+                target="median <= 5 ms", met=med <= 0.005, note=f"waiting: {modes[0]} / {modes[1]}")]
+
