@@ -30,8 +30,10 @@ def watchdog_words(run: Any) -> str:
         return "; watchdog done"
     restarts = run.watchdog.get("restarts") or 0
     again = f", restarted {restarts}x" if restarts else ""
+    wait = str(run.watchdog.get("wait") or "")
+    polling = f", polling the log: {wait[len('poll ('):-1]}" if wait.startswith("poll (") else ""
     if run.watchdog_alive:
-        return f"; watchdog alive (heartbeat {age:.1f}s ago{again})"
+        return f"; watchdog alive (heartbeat {age:.1f}s ago{again}{polling})"
     if live:
         return (f"; WATCHDOG GONE (last heartbeat {age:.0f}s ago): nothing guards the run; "
                 "`gpuops logs -f` watches it" if age is not None else "; WATCHDOG GONE")

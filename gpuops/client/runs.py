@@ -129,6 +129,7 @@ class RunInfo:
                 "state": self.watchdog.get("state"),
                 "restarts": self.watchdog.get("restarts"),
                 "disabled_rules": self.watchdog.get("disabled_rules") or [],
+                "wait": self.watchdog.get("wait"),  # inotify, or poll (why): how it waits for the log
             },
             "telemetry": (self.watchdog or {}).get("telemetry"),
             "compile_guard": self.compile_guard,
