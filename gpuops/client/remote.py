@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from gpuops.command import Cmd
-from gpuops.client.ship import install, needs_lib
+from gpuops.client.ship import INSTALL_FAILED, bundle, check_installed, install, needs_lib, with_install
 from gpuops.transport.base import Result, Transport
 
 T = TypeVar("T")
@@ -20,8 +20,13 @@ def run_tool(transport: Transport, cmd: Cmd, *, timeout: float, label: str, stdi
 
 
 def run_tool_with_state(transport: Transport, cmd: Cmd, *, timeout: float, label: str) -> tuple[Result, str | None]:
-    """`cmd` on the target and the container's state, in one round trip (Transport.run_with_state)."""
-    return _shipped(transport, lambda: transport.run_with_state(cmd, timeout=timeout), timeout=timeout, label=label)
+    """`cmd` (a tool that reads no stdin) on the target and the container's state, in one round trip
+    (Transport.run_with_state); where gpuops' files are missing, copied and run again in one more."""
+    got = transport.run_with_state(cmd, timeout=timeout)
+    if needs_lib(got[0].exit_code, got[0].out):
+        got = transport.run_with_state(with_install(cmd), timeout=max(timeout, 60.0), stdin=bundle().zip)
+        check_installed(got[0], label=label, codes=INSTALL_FAILED)
+    return got
 
 
 def _shipped(transport: Transport, attempt: Callable[[], tuple[Result, T]], *, timeout: float, label: str,

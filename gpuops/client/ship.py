@@ -77,21 +77,35 @@ def shell_tool(name: str, *args: Word) -> Cmd:
     return ToolCmd("bash", "-c", script, "gpuops", *args)
 
 
+def _unpack() -> Script:
+    """Unpack the zip given on stdin into the digest's folder unless it is there (atomically: a temp
+    folder renamed); exit 70/71/72 when that fails."""
+    b = bundle()
+    return Script(
+        f"L={b.lib}",
+        'if [ ! -d "$L" ]; then',
+        f'  mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit 70',
+        '  T=$(mktemp -d "$L.tmp.XXXXXX") || exit 70',
+        '  if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; exit 71; fi',
+        '  rm -f "$T.zip"',
+        '  [ -d "$L" ] || mv "$T" "$L"',
+        '  rm -rf "$T"',
+        '  [ -d "$L" ] || exit 72',
+        'fi',
+    )
+
+
 def install_command() -> Cmd:
     """Unpack the zip given on stdin into the digest's folder (atomically: a temp folder renamed)."""
-    b = bundle()
-    script = Script(
-        f"L={b.lib}",
-        '[ -d "$L" ] && exit 0',
-        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit 70',
-        'T=$(mktemp -d "$L.tmp.XXXXXX") || exit 70',
-        'if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; exit 71; fi',
-        'rm -f "$T.zip"',
-        '[ -d "$L" ] || mv "$T" "$L"',
-        'rm -rf "$T"',
-        '[ -d "$L" ]',
-    )
-    return Cmd("bash", "-c", script)
+    return Cmd("bash", "-c", _unpack())
+
+
+def with_install(cmd: Cmd) -> Cmd:
+    """A shipped tool that takes no stdin, preceded by the copy of gpuops' files (the zip on stdin): a
+    first contact in two round trips (the tool saying they are missing, then this), not three."""
+    shell, flag, script, *args = cmd.argv
+    assert isinstance(cmd, ToolCmd) and (shell, flag) == ("bash", "-c") and isinstance(script, Script)
+    return Cmd("bash", "-c", _unpack() + script, *args)
 
 
 def needs_lib(exit_code: int, out: str) -> bool:
@@ -101,12 +115,21 @@ def needs_lib(exit_code: int, out: str) -> bool:
 
 def install(transport: Any, *, timeout: float, label: str, mask: Any = None) -> None:
     """Copy the target package unless its digest's folder is there already (the zip goes on stdin)."""
+    check_installed(transport.run(install_command(), timeout=timeout, stdin=bundle().zip), label=label, mask=mask)
+
+
+#: The exit codes of a copy that failed (_unpack).
+INSTALL_FAILED = (70, 71, 72)
+
+
+def check_installed(result: Any, *, label: str, mask: Any = None, codes: tuple[int, ...] | None = None) -> None:
+    """Raise the copy's failure in a user's words (python3 missing, no writable home); `codes`: only those
+    exit codes are the copy's (the tool that ran after it has its own)."""
     from gpuops.errors import RemoteError, TargetNotReady
 
-    result = transport.run(install_command(), timeout=timeout, stdin=bundle().zip)
-    if result.exit_code == 0:
+    if result.exit_code == 0 or (codes is not None and result.exit_code not in codes):
         return
-    err = result.err.strip()
+    err = (result.err + "\n" + result.out).strip() if codes is not None else result.err.strip()
     if "python3" in err and ("not found" in err or "No such file" in err):
         raise TargetNotReady(f"{label}: python3 is not installed on the target (gpuops' watchdog and tools run there)",
                              hint="install python3 there (apt-get install python3)")

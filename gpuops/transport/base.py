@@ -74,7 +74,7 @@ class Transport(Protocol):
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
         """Run to completion; raises CommandTimeout past timeout, ConnectError if unreachable."""
 
-    def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
+    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
         """Run cmd and learn the container's state in the same round trip: (result, None) on a host;
         in a container (result, `running`) when it ran there, else what `pct status` said then."""
 
@@ -103,8 +103,8 @@ class HostSide:
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
         raise NotImplementedError
 
-    def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
-        return self.run(cmd, timeout=timeout), None
+    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
+        return self.run(cmd, timeout=timeout, stdin=stdin), None
 
     def container_state(self, *, timeout: float) -> str | None:
         return None

@@ -36,11 +36,11 @@ class PctTransport:
             self.raise_for_container(result.err)
         return result
 
-    def run_with_state(self, cmd: Cmd, *, timeout: float) -> tuple[Result, str | None]:
+    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
         """One host script, as cheap as a raw `pct exec`: `pct status` runs only when the exec failed.
         The result is the exec's (its stderr merged into its stdout)."""
         result = self.inner.run(Cmd("bash", "-c", Script(_pct_exec_program()), "pct_exec", str(self.ctid), *cmd.argv),
-                                timeout=timeout)
+                                timeout=timeout, stdin=stdin)
         return _split_exec_status(result)
 
     def open(self, cmd: Cmd) -> Stream:
