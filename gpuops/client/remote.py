@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from gpuops.command import Cmd
-from gpuops.client.ship import INSTALL_FAILED, bundle, check_installed, install, needs_lib, with_install
+from gpuops.client.ship import bundle, check_installed, install, needs_lib, with_install
 from gpuops.transport.base import Result, Transport
 
 T = TypeVar("T")
@@ -25,7 +25,7 @@ def run_tool_with_state(transport: Transport, cmd: Cmd, *, timeout: float, label
     got = transport.run_with_state(cmd, timeout=timeout)
     if needs_lib(got[0].exit_code, got[0].out):
         got = transport.run_with_state(with_install(cmd), timeout=max(timeout, 60.0), stdin=bundle().zip)
-        check_installed(got[0], label=label, codes=INSTALL_FAILED)
+        check_installed(got[0], label=label, after=True)
     return got
 
 

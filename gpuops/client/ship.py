@@ -77,35 +77,32 @@ def shell_tool(name: str, *args: Word) -> Cmd:
     return ToolCmd("bash", "-c", script, "gpuops", *args)
 
 
-def _unpack() -> Script:
-    """Unpack the zip given on stdin into the digest's folder unless it is there (atomically: a temp
-    folder renamed); exit 70/71/72 when that fails."""
-    b = bundle()
-    return Script(
-        f"L={b.lib}",
-        'if [ ! -d "$L" ]; then',
-        f'  mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit 70',
-        '  T=$(mktemp -d "$L.tmp.XXXXXX") || exit 70',
-        '  if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; exit 71; fi',
-        '  rm -f "$T.zip"',
-        '  [ -d "$L" ] || mv "$T" "$L"',
-        '  rm -rf "$T"',
-        '  [ -d "$L" ] || exit 72',
-        'fi',
-    )
-
-
 def install_command() -> Cmd:
     """Unpack the zip given on stdin into the digest's folder (atomically: a temp folder renamed)."""
-    return Cmd("bash", "-c", _unpack())
+    b = bundle()
+    script = Script(
+        f"L={b.lib}",
+        '[ -d "$L" ] && exit 0',
+        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit 70',
+        'T=$(mktemp -d "$L.tmp.XXXXXX") || exit 70',
+        'if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; exit 71; fi',
+        'rm -f "$T.zip"',
+        '[ -d "$L" ] || mv "$T" "$L"',
+        'rm -rf "$T"',
+        '[ -d "$L" ]',
+    )
+    return Cmd("bash", "-c", script)
 
 
 def with_install(cmd: Cmd) -> Cmd:
-    """A shipped tool that takes no stdin, preceded by the copy of gpuops' files (the zip on stdin): a
-    first contact in two round trips (the tool saying they are missing, then this), not three."""
+    """A shipped tool that takes no stdin, preceded by the copy of gpuops' files (the zip on stdin) in a
+    subshell: a first contact in two round trips (the tool saying they are missing, then this), not three.
+    A copy that failed leaves the tool's bootstrap saying the files are missing, after the copy's words."""
     shell, flag, script, *args = cmd.argv
     assert isinstance(cmd, ToolCmd) and (shell, flag) == ("bash", "-c") and isinstance(script, Script)
-    return Cmd("bash", "-c", _unpack() + script, *args)
+    unpack = install_command().argv[2]
+    assert isinstance(unpack, Script)
+    return Cmd("bash", "-c", Script("(", *unpack.lines, ")") + script, *args)
 
 
 def needs_lib(exit_code: int, out: str) -> bool:
@@ -118,18 +115,18 @@ def install(transport: Any, *, timeout: float, label: str, mask: Any = None) -> 
     check_installed(transport.run(install_command(), timeout=timeout, stdin=bundle().zip), label=label, mask=mask)
 
 
-#: The exit codes of a copy that failed (_unpack).
-INSTALL_FAILED = (70, 71, 72)
-
-
-def check_installed(result: Any, *, label: str, mask: Any = None, codes: tuple[int, ...] | None = None) -> None:
-    """Raise the copy's failure in a user's words (python3 missing, no writable home); `codes`: only those
-    exit codes are the copy's (the tool that ran after it has its own)."""
+def check_installed(result: Any, *, label: str, mask: Any = None, after: bool = False) -> None:
+    """Raise the copy's failure in a user's words (python3 missing, no writable home). `after`: the result
+    is a tool's run after the copy (with_install): it failed when the tool still finds no files, and
+    its output (stderr merged in) holds the copy's words."""
     from gpuops.errors import RemoteError, TargetNotReady
 
-    if result.exit_code == 0 or (codes is not None and result.exit_code not in codes):
+    if after and not needs_lib(result.exit_code, result.out):
         return
-    err = (result.err + "\n" + result.out).strip() if codes is not None else result.err.strip()
+    if not after and result.exit_code == 0:
+        return
+    err = "\n".join(line for line in (result.err + "\n" + result.out).splitlines()
+                    if p.mark("need-lib") not in line).strip() if after else result.err.strip()
     if "python3" in err and ("not found" in err or "No such file" in err):
         raise TargetNotReady(f"{label}: python3 is not installed on the target (gpuops' watchdog and tools run there)",
                              hint="install python3 there (apt-get install python3)")
