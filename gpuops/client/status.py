@@ -102,7 +102,7 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     started = time.monotonic()
     transport = pool.target(target)
     try:
-        result, status.container = run_tool_with_state(transport, tools.probe(sessions, samples=True),
+        result, status.container = run_tool_with_state(transport, tools.probe(sessions, samples=True, python=False),
                                                        timeout=transport.command_timeout, label=target.name)
         status.reachable = True
         if status.container in (None, "running"):

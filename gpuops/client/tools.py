@@ -7,9 +7,10 @@ from gpuops.client.ship import python_tool, shell_tool
 from gpuops.agent.smi import sample_argv
 
 
-def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False) -> Cmd:
-    """Clock, GPUs, tools, and each session's run (None: every session gpuops knows there)."""
-    return shell_tool("probe", *(["-s"] if samples else []), *(sessions or ()))
+def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False, python: bool = True) -> Cmd:
+    """Clock, GPUs, tools, and each session's run (None: every session gpuops knows there); `python`:
+    python3's version too (a Python start: preflight needs it, status does not)."""
+    return shell_tool("probe", *(["-s"] if samples else []), *([] if python else ["-n"]), *(sessions or ()))
 
 
 def lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:

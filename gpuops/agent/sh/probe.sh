@@ -1,32 +1,43 @@
 #!/usr/bin/env bash
 # Everything status and preflight need, in one round trip: the clock, the GPUs, the tools the
 # watchdog needs, and for each gpuops session its tmux session, launch lock and current run.
-# Usage: probe.sh [-s] [SESSION...]   (-s: also the tail of each run's GPU samples; no SESSION: all)
+# Usage: probe.sh [-s] [-n] [SESSION...]   (-s: also the tail of each run's GPU samples; -n: not python3's
+# version, which only preflight needs; no SESSION: all)
 # Prints marker lines (gpuops/agent/protocol.py MARKS) with raw sections between them.
+# Every process it starts costs the status that waits for it: bash builtins where they do the job.
 set -u
 G="$HOME/.gpuops"
 samples=
-if [ "${1:-}" = "-s" ]; then samples=1; shift; fi
+python=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -s) samples=1; shift;;
+    -n) python=; shift;;
+    *) break;;
+  esac
+done
 
-echo "@@gpuops now $(date +%s.%N)"
-# The two nvidia-smi queries run side by side: each call initialises the driver (tens of ms).
+now=${EPOCHREALTIME:-}  # bash >= 5: the clock without a date process (a locale may write a comma)
+[ -n "$now" ] || now=$(date +%s.%N)
+echo "@@gpuops now ${now/,/.}"
+# The two nvidia-smi queries run side by side: each call initialises the driver (tens of ms). The
+# compute apps come back through a pipe, read with builtins (no temporary files, no cat, no rm).
 if command -v nvidia-smi >/dev/null 2>&1; then
-  A="${TMPDIR:-/tmp}/gpuops-probe.$$"
-  { nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv,noheader,nounits >"$A" 2>&1
-    echo "$?" >"$A.rc"; } &
+  exec 3< <(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv,noheader,nounits 2>&1
+            echo "@@gpuops apps_rc $?")
   echo "@@gpuops gpus"
   nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits 2>&1
   echo "@@gpuops gpus_rc $?"
-  wait
   echo "@@gpuops apps"
-  cat "$A" 2>/dev/null
-  echo "@@gpuops apps_rc $(cat "$A.rc" 2>/dev/null || echo 1)"
-  rm -f "$A" "$A.rc"
+  while IFS= read -r line <&3 || [ -n "$line" ]; do printf '%s\n' "$line"; done
+  exec 3<&-
 else
   echo "@@gpuops nosmi"
 fi
 command -v tmux >/dev/null 2>&1 || echo "@@gpuops notmux"
-if command -v python3 >/dev/null 2>&1; then
+if [ -z "$python" ]; then
+  :
+elif command -v python3 >/dev/null 2>&1; then
   echo "@@gpuops python $(python3 -E -s -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>&1 | head -c 100)"
 else
   echo "@@gpuops nopython"
