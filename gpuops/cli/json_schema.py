@@ -77,7 +77,8 @@ SHAPES: dict[str, Schema] = {
         "exit_code": opt(EXIT), "command_exit_code": opt(I), "started_at": opt(S), "playbook": opt(S),
         "seconds_since_log": opt(N), "log_bytes": opt(I), "abort": opt(ref("abort_record")), "stopped_by": opt(S),
         "last_match": opt(S), "watchdog": opt(closed({
-            "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S)})),
+            "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S),
+            "wait": opt(S)})),
         "telemetry": opt(OBJ), "compile_guard": opt(OBJ),
     }, ("id", "session", "state", "exit_code", "command_exit_code")),
     "connection": closed({
