@@ -254,9 +254,12 @@ def test_a_killed_watchdog_leaves_no_gpu_sampler_behind(ct: Ct) -> None:
         return [p for p in procs.find(lambda env: env.get(b"GPUOPS_FAKE_GPUS") == mine)
                 if b"-lms" in Path(f"/proc/{p}/cmdline").read_bytes()]
 
-    (sampler,) = wait_until(samplers, timeout=30, message="the watchdog's nvidia-smi loop")
+    # Two loops: the samples, and the compute processes (issue 21: a loop, not a one-shot every 10 s).
+    loops = wait_until(lambda: (lambda found: found if len(found) == 2 else None)(samplers()), timeout=30,
+                       message="the watchdog's two nvidia-smi loops")
     kill_watchdog(ct.run_dir())
-    wait_until(lambda: not procs.is_alive(sampler), timeout=10, message="the dead watchdog's nvidia-smi loop to end")
+    wait_until(lambda: not any(procs.is_alive(p) for p in loops), timeout=10,
+               message="the dead watchdog's nvidia-smi loops to end")
     assert wait_watching(ct.run_dir()) != pid
     assert ct.gpuops("stop").code == 0
 
