@@ -44,7 +44,8 @@ class RunInfo:
         if not self.guard_counts and not self.meta.get("compile_guard"):
             return None
         total = {k: sum(c.get(k) or 0 for c in self.guard_counts if isinstance(c.get(k) or 0, (int, float)))
-                 for k in ("compiled", "serialized", "first_call_s", "waits", "waited_s", "unguarded")}
+                 for k in ("compiled", "serialized", "first_call_s", "waits", "waited_s", "unguarded",
+                           "backward_holds", "backward_timeouts")}
         total = {k: round(v, 3) if isinstance(v, float) else v for k, v in total.items()}
         return {"processes": len(self.guard_counts), **total}
 
