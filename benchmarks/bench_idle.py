@@ -99,3 +99,43 @@ def bench_wd_latency(args: Any) -> list[Row]:
                 baseline_name="the same, the watchdog polling (GPUOPS_AGENT_NO_INOTIFY=1)", baseline=poll,
                 target="median <= 5 ms", met=med <= 0.005, note=f"waiting: {modes[0]} / {modes[1]}")]
 
+
+
+def bench_first_contact(args: Any) -> list[Row]:
+    """The first `gpuops status` of a gpuops version on a target: its pct calls (counted by a pct first on
+    the host's PATH) and its time, beside the second status (the files there)."""
+    import shlex
+    import sys
+
+    from benchkit import GPUOPS, ROOT, servers, stop
+    from bench.inventory import write_inventory
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    pairs = servers(1, (200,))
+    try:
+        s, fake = pairs[0]
+        inv = write_inventory(tmp / "inv.yaml", s)
+        calls, bindir = tmp / "pct-calls", tmp / "pct-counter"
+        bindir.mkdir()
+        real = ROOT / "tests" / "standins" / "bin" / "pct"
+        (bindir / "pct").write_text(f"#!/bin/bash\nprintf '%s\\n' \"$1\" >> {shlex.quote(str(calls))}\n"
+                                    f"exec {shlex.quote(sys.executable)} {shlex.quote(str(real))} \"$@\"\n")
+        (bindir / "pct").chmod(0o755)
+        with (Path(s.fake_root) / "host" / "home" / ".bashrc").open("a") as fh:
+            fh.write(f"export PATH={shlex.quote(str(bindir))}:\"$PATH\"\n")
+        t0 = time.perf_counter()
+        subprocess.run(GPUOPS + ["status", "-i", str(inv)], capture_output=True, check=True)
+        first = time.perf_counter() - t0
+        said = calls.read_text().splitlines()
+        calls.write_text("")
+        t0 = time.perf_counter()
+        subprocess.run(GPUOPS + ["status", "-i", str(inv)], capture_output=True, check=True)
+        second = time.perf_counter() - t0
+        again = calls.read_text().splitlines()
+    finally:
+        stop(pairs)
+    return [Row("first status of a gpuops version on a target: pct exec calls", [float(said.count("exec"))], unit="count",
+                baseline_name="the next status (files there)", baseline=[float(again.count("exec"))],
+                target="<= 2 pct exec", met=said.count("exec") <= 2,
+                note=f"pct calls {said} (the need-lib probe's own pct status after it); the first status took "
+                     f"{first * 1000:.0f} ms, the next {second * 1000:.0f} ms")]
