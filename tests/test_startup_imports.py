@@ -86,3 +86,15 @@ def test_ssh_config_match_exec_still_runs_through_the_deferred_invoke(tmp_path: 
                             cwd=REPO, timeout=60)
     assert present.stdout.split() == ["2222", "nobody"], present.stderr
     assert absent.stdout.split() == ["None", "nobody"], absent.stderr
+
+
+def test_loading_the_config_imports_no_log_matcher() -> None:
+    """The client's config reads the rules' texts; the matcher and its regex budget (~30 ms of every
+    command's start, issue 21) load only where a log is scanned."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gpuops.config.model, gpuops.client.status; "
+            "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.signatures.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "gpuops.agent.signatures.matcher" not in out and "gpuops.agent.signatures.budget" not in out, out
