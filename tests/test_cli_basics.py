@@ -269,14 +269,14 @@ def test_a_bad_option_is_a_usage_error(args: list[str]) -> None:
 def test_an_unexpected_exception_writes_a_crash_file_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug in the core (injected: the status gatherer raises) is exit 1 with the traceback in a file."""
+    """A bug in the core (injected: the status prober raises) is exit 1 with the traceback in a file."""
     import gpuops.client.status
     from gpuops.cli.main import main
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("injected bug in the core")
 
-    monkeypatch.setattr(gpuops.client.status, "gather", broken)
+    monkeypatch.setattr(gpuops.client.status, "probe_target", broken)  # what status calls per target
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = CliRunner().invoke(main, ["status", "-i", str(LOCAL_INV)])
     assert result.exit_code == 1
