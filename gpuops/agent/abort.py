@@ -20,7 +20,8 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import protocol as p
-from . import restarts, tmux
+from . import tmux
+from .attempt import current as current_attempt, due as restart_due, moved_on
 from . import watchfile
 from .procs import parents, run_of, running, started_at
 from .records import read_json, write_json_atomic
@@ -326,14 +327,14 @@ def tool_abort(argv: List[str]) -> int:
     grace = watchfile.abort_settings(cfg)[1]
     done: Optional[Dict[str, Any]] = None
     for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
-        attempt = restarts.current(d)["attempt"]
+        attempt = current_attempt(d)["attempt"]
         won, current = claim(d, record)
         if won:
             # A launch still warming up has no session yet: the sequence then reaps its warmup.
             _say(p.mark("claimed", json.dumps(current, sort_keys=True)))
             done = stop_run(d, cfg)
             break
-        done = wait_or_finish(d, cfg, grace + 90.0, lambda: restarts.moved_on(d, attempt))
+        done = wait_or_finish(d, cfg, grace + 90.0, lambda: moved_on(d, attempt))
         if not _restarted_meanwhile(d, cfg, attempt):
             _say(p.mark("already", json.dumps(current, sort_keys=True)))
             break
@@ -345,6 +346,6 @@ def _restarted_meanwhile(d: str, cfg: Dict[str, Any], attempt: int) -> bool:
     """The abort this stop lost to was an attempt's that the watchdog restarts (or is about to): the stop
     must claim the next attempt's abort, or the run would go on."""
     settle = time.monotonic() + RESTART_SETTLE
-    while time.monotonic() < settle and not restarts.moved_on(d, attempt) and restarts.due(d, cfg) is not None:
+    while time.monotonic() < settle and not moved_on(d, attempt) and restart_due(d, cfg) is not None:
         time.sleep(POLL)
-    return restarts.moved_on(d, attempt)
+    return moved_on(d, attempt)

@@ -29,7 +29,7 @@ ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
 MAX_ENV_STRING = 131072  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value (its NUL counted)
 MAX_ENV_TOTAL = 1 << 20  # all of env: ARG_MAX (often 2 MiB) also holds the target's own environment
-MASK_MIN = 3  # gpuops.client.job masks secrets of at least this many characters (masking 'a' mangles every line)
+MASK_MIN = 3  # the client masks secrets of at least this many characters (masking 'a' mangles every line)
 SESSION_MAX = 100  # tmux takes more; gpuops names files after it (~/.gpuops/locks/<session>.holder)
 # Signals that stop a process by default, by their portable names.
 SIGNALS = ("INT", "TERM", "HUP", "QUIT", "KILL", "USR1", "USR2", "ABRT", "ALRM", "PIPE")
