@@ -88,4 +88,5 @@ def test_a_watchdog_finishes_a_claim_whose_record_is_garbled(ct: Ct) -> None:
     wait_until(lambda: (run / "abort-done.json").exists(), timeout=60, message="the watchdog to finish the claim")
     wait_until(lambda: not ct.session_alive() and ct.run_processes() == [], timeout=30, message="the run to be gone")
     assert any(e["event"] == "abort_completed" for e in events(run))
-    assert heartbeat(run)["state"] == "done"
+    # its last heartbeat follows the finished sequence: waited for, not read at once
+    wait_until(lambda: heartbeat(run)["state"] == "done", timeout=30, message="the watchdog's last heartbeat (done)")

@@ -43,7 +43,9 @@ def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
     ct.wait_training()
     trainers = ct.run_processes()
     flag.touch()
-    wait_until(lambda: calls(count) >= 6, timeout=60, message="the watchdog to meet the failing tmux a few times")
+    # The watchdog asks tmux only as a backstop now (every 10 s: the training's end comes from its pid and
+    # exit record), so "a few times" is two of its has-session calls failing.
+    wait_until(lambda: calls(count) >= 2, timeout=90, message="the watchdog to meet the failing tmux twice")
     flag.unlink()
     assert ct.session_alive() and all(procs.is_alive(pid) for pid in trainers), "a tmux error killed the run"
     assert not any(e["event"] in ("session_gone", "done") for e in events(ct.run_dir()))
