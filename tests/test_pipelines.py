@@ -24,7 +24,8 @@ NODE24 = {"actions/checkout": 5, "actions/setup-python": 6, "actions/upload-arti
 def tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        pytest.skip(f"{name} is not installed (the test extra installs it)")
+        pytest.skip(f"{name} is not installed (actionlint: no wheel on PyPI, no Debian package; put the "
+                    "binary on PATH to run this check)" if name == "actionlint" else f"{name} is not installed")
     return found
 
 
