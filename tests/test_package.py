@@ -3,7 +3,7 @@ test suite can run from it (the tests, their bench and data, the shipped playboo
 the docs and CI examples that tests read).
 
 The sdist is built without build isolation (no network: the tests connect only to 127.0.0.1), so it
-needs `build` and setuptools >= 77 installed, as `pip install .[test]` installs them.
+needs `build` and setuptools >= 77 installed, as `pip install .[test]` installs them (both are in the extra).
 """
 
 from __future__ import annotations
