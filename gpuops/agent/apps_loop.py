@@ -14,6 +14,8 @@ import os
 import subprocess
 from typing import Callable, Dict, List, Optional
 
+from .procs import end_child
+
 #: Rows closer together than this (seconds) are one pass of the loop.
 GAP = 0.3
 #: Seconds before a loop that died is started again.
@@ -115,10 +117,5 @@ class ProcessLoop:
         return fresh
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end_child(self.proc)
         self.proc = None

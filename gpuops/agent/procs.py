@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, List, Optional, Set
+import subprocess
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 #: The environment entry every process of a run carries (run.sh and warmup.sh export it).
 MARKER = b"GPUOPS_RUN_ID="
@@ -17,6 +18,18 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return text.rsplit(b")", 1)[-1].split()[:1] != [b"Z"]
+
+
+def end_child(proc: Any) -> None:
+    """Stop a child process of ours (a sampler loop): SIGTERM, 5 s, then SIGKILL, and reap it."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def _pids() -> List[int]:

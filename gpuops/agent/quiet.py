@@ -20,6 +20,7 @@ from .apps_loop import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
+from .procs import end_child
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
 from .records import read_json
 from .smi import SmiError, parse_sample, sample_argv
@@ -112,12 +113,7 @@ class Sampler:
             return []
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end_child(self.proc)
 
 
 def detector_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
