@@ -209,3 +209,20 @@ def test_a_follower_that_dies_at_once_is_an_error_not_a_reconnect_loop(run_dir: 
     with pytest.raises(RemoteError, match="exited with code 127.*python3"):
         _collect(LogFollower(LocalTransport(), RUN, ""))
     assert time.monotonic() - started < 60  # three quick tries, not the 900 s reconnect budget
+
+
+def test_an_exit_code_file_created_but_not_yet_written_is_no_end(tmp_path: Path) -> None:
+    """inotify wakes the follower between the file's creation and its write: that empty file must not
+    end the follow with a garbled code (-1); a written one ends it with its code, a garbled one with -1."""
+    from gpuops.agent.follower import Follower
+
+    (tmp_path / "log").write_bytes(b"")
+    follower = Follower(str(tmp_path), "s", 0, 0, 0, True)
+    exit_file = tmp_path / "exit_code"
+    assert follower.exit_code() is None
+    exit_file.write_bytes(b"")
+    assert follower.exit_code() is None
+    exit_file.write_bytes(b"0\n")
+    assert follower.exit_code() == 0
+    exit_file.write_bytes(b"garbled\n")
+    assert follower.exit_code() == -1

@@ -208,6 +208,8 @@ class Follower:
         if text is None:
             return None
         text = text.strip()
+        if not text:  # created, not written yet (inotify wakes us between the two): not an end yet
+            return None
         return int(text) if text.lstrip(b"-").isdigit() else -1
 
     def run(self) -> None:
