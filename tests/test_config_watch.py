@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from bench.cli import gpuops
+from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
 from gpuops.config.model import CompileAfterWarmup, GpuMemory, StallAuto, Throughput, Watch
-from gpuops.errors import ConfigError
 
 LAUNCH = "launch: {session: s, command: c}\n"
 
 
 def write(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "pb.yaml"
-    path.write_text(LAUNCH + textwrap.dedent(text), encoding="utf-8")
-    return str(path)
+    return write_playbook(tmp_path, LAUNCH, text)
 
 
 def watch(tmp_path: Path, text: str) -> Watch:
@@ -27,11 +24,7 @@ def watch(tmp_path: Path, text: str) -> Watch:
 
 def error(tmp_path: Path, text: str) -> str:
     """The message for a bad watch section, without its FILE: prefix (checked here)."""
-    path = write(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        load_playbook(path, environ={})
-    assert str(info.value).startswith(path + ":"), str(info.value)
-    return str(info.value)[len(path) + 1 :]
+    return playbook_error(write(tmp_path, text))
 
 
 def test_defaults_without_a_watch_section(tmp_path: Path) -> None:

@@ -3,31 +3,24 @@ and each bad value gets one FILE:LINE:COL message (exit 2 through validate)."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from bench.cli import gpuops
+from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
 from gpuops.config.model import Restart
-from gpuops.errors import ConfigError
 
 HEAD = "launch: {session: s, command: c}\nwatch: {rules: [{name: loss-nan, pattern: 'loss nan'}]}\n"
 
 
 def write(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "pb.yaml"
-    path.write_text(HEAD + textwrap.dedent(text), encoding="utf-8")
-    return str(path)
+    return write_playbook(tmp_path, HEAD, text)
 
 
 def error(tmp_path: Path, text: str) -> str:
-    path = write(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        load_playbook(path, environ={})
-    assert str(info.value).startswith(path + ":"), str(info.value)
-    return str(info.value)[len(path) + 1 :]
+    return playbook_error(write(tmp_path, text))
 
 
 def test_no_section_means_no_restarts(tmp_path: Path) -> None:
