@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -107,6 +108,13 @@ class SshFileError(UsageError):
     def __init__(self, host: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{host}: {message}", hint=hint)
         self.host = host
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a local file could not be used, in the words an operator reads ("permission denied")."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return (exc.strerror or str(exc)).lower()
 
 
 class ConnectError(GpuopsError):

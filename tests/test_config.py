@@ -14,7 +14,7 @@ import pytest
 
 from gpuops.client.warmup import render_warmup_command
 from gpuops.config import load_inventory, load_playbook, resolve_target
-from gpuops.config.model import EnvVar, Preflight, RuleSpec
+from gpuops.config.playbook_model import EnvVar, Preflight, RuleSpec
 from gpuops.errors import ConfigError, Mark, UsageError
 
 from bench.cli import gpuops

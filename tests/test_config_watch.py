@@ -9,7 +9,7 @@ import pytest
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
-from gpuops.config.model import CompileAfterWarmup, GpuMemory, StallAuto, Throughput, Watch
+from gpuops.config.playbook_model import CompileAfterWarmup, GpuMemory, StallAuto, Throughput, Watch
 
 LAUNCH = "launch: {session: s, command: c}\n"
 

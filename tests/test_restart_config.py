@@ -10,7 +10,7 @@ import pytest
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
-from gpuops.config.model import Restart
+from gpuops.config.playbook_model import Restart
 
 HEAD = "launch: {session: s, command: c}\nwatch: {rules: [{name: loss-nan, pattern: 'loss nan'}]}\n"
 

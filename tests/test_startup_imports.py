@@ -25,7 +25,11 @@ PROBE = textwrap.dedent(
         main(sys.argv[2:], prog_name="gpuops")
     except SystemExit as exc:
         code = exc.code
-    watched = ("paramiko", "yaml", "tenacity", "invoke", "importlib.metadata", "rich", "asyncio", "hyperscan")
+    watched = ("paramiko", "yaml", "tenacity", "invoke", "importlib.metadata", "rich", "asyncio", "hyperscan",
+               # what reading an inventory does not need: the playbook's model (and the agent defaults and
+               # detectors it takes), the Ansible model, a thread pool for one target
+               "gpuops.config.playbook_model", "gpuops.agent.detectors", "gpuops.config.ansible.tree",
+               "concurrent.futures")
     # A deferred stand-in (no __spec__) sits in sys.modules until first use: not imported.
     out = {"code": code, "imported": [m for m in watched if getattr(sys.modules.get(m), "__spec__", None)]}
     if "paramiko" in sys.modules:
@@ -56,7 +60,8 @@ def test_status_over_ssh_imports_paramiko_and_yaml_only(tmp_path: Path, sshd: Ss
     inv = write_inventory(tmp_path / "inv.yaml", sshd)
     seen = imports_of("status", "-i", str(inv))
     assert seen["code"] == 0, seen
-    # tenacity only after a failed connect; invoke only for ~/.ssh/config `Match exec`; rich only on a terminal.
+    # tenacity only after a failed connect; invoke only for ~/.ssh/config `Match exec`; rich only on a terminal;
+    # no playbook or Ansible model for a gpuops inventory, no thread pool for one target.
     assert seen["imported"] == ["paramiko", "yaml"], seen
     # paramiko still knows its own version (read without importlib.metadata), and whoever imports
     # importlib.metadata afterwards gets the real module, not the stand-in used during the import.

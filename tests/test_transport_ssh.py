@@ -26,7 +26,9 @@ from bench.procs import is_alive
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotRunning
-from gpuops.transport import LocalTransport, PctTransport, Pool
+from gpuops.transport import Pool
+from gpuops.transport.local import LocalTransport
+from gpuops.transport.pct import PctTransport
 from gpuops.transport.lowlatency import LowLatencySocket
 
 REPO = Path(__file__).resolve().parent.parent

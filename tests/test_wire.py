@@ -222,7 +222,7 @@ def test_watch_json_defaults_are_spelled_once() -> None:
     import re
 
     from gpuops.agent import watchfile
-    from gpuops.config import model
+    from gpuops.config import playbook_model as model
 
     literals = [r"""["']grace["'],\s*30\b""", r"grace:\s*float\s*=\s*30", r"""["']signal["'],\s*["']INT""",
                 r"""sample_interval["']\)\s*or\s*2""", r"""["']timeout["'],\s*900""", r"stall_timeout:\s*float\s*=\s*9",

@@ -21,6 +21,7 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     sessions = (pb.launch.session,) if pb else None
     pool = Pool(inv)
     try:
+        pool.connect_soon(targets)  # the handshakes overlap the rest of this command's start-up
         if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
             return _watch(pool, inv, targets, sessions, watch_every)
         while True:
@@ -41,13 +42,13 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
 def each_status(pool: Any, inv: Any, targets: list[Any], sessions: Any) -> Iterator[Any]:
     """Each target's status as soon as it is read: a host that never answers holds up only its own
     (for at most its connect timeout and retries), not the targets already read."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
     from gpuops.client.status import MAX_PARALLEL, probe_target
 
     if len(targets) == 1:
         yield probe_target(pool, inv, targets[0], sessions)
         return
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as ex:
         for future in as_completed([ex.submit(probe_target, pool, inv, t, sessions) for t in targets]):
             yield future.result()

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass
 
 from gpuops.command import Cmd
-from gpuops.config.model import Inventory, Playbook, Target
+from gpuops.config.model import Inventory, Target
+from gpuops.config.playbook_model import Playbook
 from gpuops.agent.masking import Masker
 from gpuops.transport.base import Result, Stream, Transport
 

@@ -65,13 +65,13 @@ HISTORY_SECONDS = 300.0
 def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
     """Per GPU: its memory over the last minutes from the samples of the live run using it, and the
     swing that run's watchdog counts as volatile."""
-    from gpuops.agent.telemetry import parse_lines
-
     out: dict[int, tuple[list[int | None], float]] = {}
     for s in probe.sessions.values():
         run = s.run
         if run is None or not run.samples_text or not s.alive:
             continue
+        from gpuops.agent.telemetry import parse_lines  # only where a live run has samples
+
         samples = parse_lines(run.samples_text)
         if samples:
             recent = [x for x in samples if x.t >= samples[-1].t - HISTORY_SECONDS]

@@ -5,11 +5,14 @@ PyYAML is imported only when a file is loaded, so importing this package stays c
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from gpuops.config.inventory import resolve_target
-from gpuops.config.model import Host, Inventory, Playbook, Target
+from gpuops.config.model import Host, Inventory, Target
 from gpuops.config.source import Source
+
+if TYPE_CHECKING:  # the playbook's model is imported where a playbook is read
+    from gpuops.config.playbook_model import Playbook
 
 
 class InventoryFormat(Protocol):
@@ -20,13 +23,17 @@ class InventoryFormat(Protocol):
     def load(self, source: Source) -> Inventory: ...
 
 
-def formats() -> tuple[InventoryFormat, ...]:
-    """The formats in the order they are asked: `ansible-inventory --list` JSON, Ansible YAML (groups at the
-    top), gpuops' own, Ansible INI."""
-    from gpuops.config import inventory
-    from gpuops.config.ansible import ini, listjson, yamlfile
+FORMATS = ("gpuops.config.ansible.listjson", "gpuops.config.ansible.yamlfile", "gpuops.config.inventory",
+           "gpuops.config.ansible.ini")
 
-    return (listjson, yamlfile, inventory, ini)
+
+def formats() -> Iterator[InventoryFormat]:
+    """The formats in the order they are asked: `ansible-inventory --list` JSON, Ansible YAML (groups at the
+    top), gpuops' own, Ansible INI; each imported when its turn comes (a YAML file never imports INI's)."""
+    import importlib
+
+    for name in FORMATS:
+        yield importlib.import_module(name)  # type: ignore[misc]  (a module is the plugin)
 
 
 def load_inventory(path: str) -> Inventory:
@@ -54,4 +61,4 @@ def load_playbook(path: str, **kwargs: Any) -> Playbook:
 
     return _load(path, **kwargs)
 
-__all__ = ["Host", "Inventory", "Playbook", "Target", "load_inventory", "load_playbook", "resolve_target"]
+__all__ = ["Host", "Inventory", "Target", "load_inventory", "load_playbook", "resolve_target"]

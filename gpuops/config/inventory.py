@@ -14,7 +14,7 @@ from gpuops.config.yamlpos import Node
 from gpuops.errors import ConfigError, Mark, UsageError
 
 if TYPE_CHECKING:
-    from gpuops.config.model import Playbook
+    from gpuops.config.playbook_model import Playbook
 
 INVENTORY_KEYS = ("hosts", "targets")
 SSH_KEYS = (

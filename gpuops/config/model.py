@@ -1,16 +1,14 @@
-"""Validated configuration values: what the rest of gpuops reads, never raw YAML."""
+"""The inventory as validated values (hosts, targets, groups): what the rest of gpuops reads, never raw YAML.
+The playbook's values are in playbook_model.py, so a command that reads only an inventory (status,
+logs, stop) does not import the playbook's sections and the agent defaults they take."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-from gpuops.agent import watchfile as wf
 from gpuops.errors import ConfigError, Mark
-
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -55,145 +53,3 @@ class Inventory:
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # target -> why it cannot be used (a Jinja template in its values): only that target fails, when used
     broken: Mapping[str, ConfigError] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One exported variable; a secret one is shown as *** everywhere."""
-
-    name: str
-    value: str
-    secret: bool = False
-    from_env: str | None = field(default=None, compare=False)  # the local variable it is read from
-
-
-@dataclass(frozen=True)
-class Preflight:
-    gpus: tuple[int, ...] = ()
-    max_memory_used_mib: int = wf.MAX_MEMORY_USED_MIB
-    max_utilization_pct: int = 10
-    allow_processes: bool = False
-    gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
-
-
-@dataclass(frozen=True)
-class Warmup:
-    gpus: tuple[int, ...]
-    command: str
-    timeout: float = 1200.0  # seconds, per GPU
-    drain_timeout: float = 120.0  # seconds for a GPU's memory to drain after its warmup
-    gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
-
-
-@dataclass(frozen=True)
-class Launch:
-    session: str
-    command: str
-    compile_guard: bool = False  # warmup and training run under gpuops' compile guard (docs/compile-guard.md)
-
-
-@dataclass(frozen=True)
-class RuleSpec:
-    """A playbook watch rule: a Python regular expression searched in each log line."""
-
-    name: str
-    pattern: str
-    action: Literal["abort", "warn"] = "abort"
-
-
-@dataclass(frozen=True)
-class StallAuto:
-    """stall_timeout: auto learns the timeout from this run's gaps between log growths (README, watch)."""
-
-    floor: float = wf.STALL_AUTO["floor"]
-    factor: float = wf.STALL_AUTO["factor"]
-    settle: float = wf.STALL_AUTO["settle"]
-    initial: float = wf.STALL_AUTO["initial"]
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """throughput-drop: the median figure over `window` below min_ratio x baseline."""
-
-    pattern: str  # a Python regex; its first group is the figure
-    min_ratio: float = wf.THROUGHPUT["min_ratio"]
-    baseline: float | None = None  # None: the last successful run of this playbook on this target
-    settle: float = wf.THROUGHPUT["settle"]  # seconds after training starts before judging
-    window: float = wf.THROUGHPUT["window"]
-    action: Literal["warn", "abort"] = wf.THROUGHPUT["action"]
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """gpu-memory-shift (steady level vs baseline, either way) and gpu-memory-volatile (max - min over window)."""
-
-    max_ratio: float = wf.GPU_MEMORY["max_ratio"]
-    max_swing_mib: int = wf.GPU_MEMORY["max_swing_mib"]
-    baseline: float | None = None  # MiB; None: the last successful run of this playbook on this target
-    settle: float = wf.GPU_MEMORY["settle"]
-    window: float = wf.GPU_MEMORY["window"]
-    action: Literal["warn", "abort", "off"] = wf.GPU_MEMORY["action"]
-
-
-@dataclass(frozen=True)
-class CompileAfterWarmup:
-    """compile-after-warmup: new files in the inductor cache after training started (warmup missed a shape)."""
-
-    settle: float = wf.COMPILE_AFTER_WARMUP["settle"]
-    action: Literal["warn", "abort", "off"] = wf.COMPILE_AFTER_WARMUP["action"]
-    cache_dir: str | None = None  # None: /tmp/torchinductor_<user> on the target; env TORCHINDUCTOR_CACHE_DIR fills it
-
-
-@dataclass(frozen=True)
-class Watch:
-    builtin: bool = True
-    rules: tuple[RuleSpec, ...] = ()
-    stall_timeout: float = wf.STALL_TIMEOUT  # 0 = off; with stall_auto, the initial timeout
-    builtin_rules: tuple[tuple[str, str], ...] = ()  # (built-in rule name, abort | warn | off), as written
-    stall_auto: StallAuto | None = None  # set when stall_timeout: auto
-    sample_interval: float = wf.SAMPLE_INTERVAL  # seconds between GPU samples
-    throughput: Throughput | None = None
-    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
-    compile_after_warmup: CompileAfterWarmup = field(default_factory=CompileAfterWarmup)
-    recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
-
-
-@dataclass(frozen=True)
-class Restart:
-    """playbook `restart:`: the watchdog starts training again after an attempt ends by a rule in `on`."""
-
-    max: int = 0  # restarts after the first attempt (0..10)
-    on: tuple[str, ...] = ()  # rule names (built-in, playbook, detector), `stall`, `failed`
-    compile_guard: bool | None = None  # the restarted attempts run with the guard; None: as launch.compile_guard
-    delay: float = 10.0  # seconds between the end of an attempt and the next
-    warmup: bool = False  # run the warmup again before a restart
-
-
-@dataclass(frozen=True)
-class Abort:
-    signal: str = wf.ABORT_SIGNAL  # a signal name without SIG
-    grace: float = wf.ABORT_GRACE
-
-
-@dataclass(frozen=True)
-class Playbook:
-    """One training job: what to check, warm up, start and watch."""
-
-    path: str
-    name: str
-    launch: Launch
-    target: str | None = None
-    workdir: str | None = None
-    env: tuple[EnvVar, ...] = ()
-    preflight: Preflight = field(default_factory=Preflight)
-    warmup: Warmup | None = None
-    watch: Watch = field(default_factory=Watch)
-    abort: Abort = field(default_factory=Abort)
-    restart: Restart | None = None  # None: no restarts
-    target_mark: Mark | None = None
-    warnings: tuple[str, ...] = ()  # "FILE:LINE:COL: message": fine to run, worth a look (validate, launch)
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        """Values that must never be shown."""
-        return tuple(v.value for v in self.env if v.secret and v.value)

@@ -6,7 +6,7 @@ import os
 from typing import Mapping as Env
 
 from gpuops.config import schema as s
-from gpuops.config.model import (
+from gpuops.config.playbook_model import (
     SECRET_NAME,
     Abort,
     EnvVar,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuops.config import schema as s
-from gpuops.config.model import Restart, Watch
+from gpuops.config.playbook_model import Restart, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 

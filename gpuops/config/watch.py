@@ -6,7 +6,7 @@ from typing import Sequence as Seq
 
 from gpuops.agent import watchfile as wf
 from gpuops.config import schema as s
-from gpuops.config.model import CompileAfterWarmup, EnvVar, GpuMemory, RuleSpec, StallAuto, Throughput, Watch
+from gpuops.config.playbook_model import CompileAfterWarmup, EnvVar, GpuMemory, RuleSpec, StallAuto, Throughput, Watch
 from gpuops.config.yamlpos import Mapping, Node, Scalar
 from gpuops.errors import ConfigError, Mark
 

@@ -1,4 +1,8 @@
-"""Transports: local, ssh, and pct wrapping either; one connection per host per invocation."""
+"""Transports: local, ssh, and pct wrapping either; one connection per host per invocation.
+
+Each kind is imported when a host of that kind is first used: ssh's brings paramiko, pct's the agent's
+wire, and `gpuops status` starts connecting (Pool.connect_soon) before it imports what it does not
+need for that."""
 
 from __future__ import annotations
 
@@ -10,10 +14,8 @@ from typing import Any
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import UsageError
 from gpuops.transport.base import HostSide, Result, Stream, Transport
-from gpuops.transport.local import LocalTransport
-from gpuops.transport.pct import PctTransport
 
-__all__ = ["Pool", "Result", "Stream", "Transport", "LocalTransport", "PctTransport", "dry_transport"]
+__all__ = ["Pool", "Result", "Stream", "Transport", "dry_transport"]
 
 RETRY_TIME = 30.0
 RETRY_TIME_ENV = "GPUOPS_CONNECT_RETRY_TIME"
@@ -47,6 +49,8 @@ class Pool:
             if name not in self._hosts:
                 host = self.inventory.hosts[name]
                 if host.transport == "local":
+                    from gpuops.transport.local import LocalTransport
+
                     self._hosts[name] = LocalTransport(name, command_timeout=host.command_timeout)
                 else:
                     from gpuops.transport.ssh import SshTransport
@@ -56,7 +60,24 @@ class Pool:
 
     def target(self, target: Target) -> Transport:
         inner = self.host(target.host)
-        return PctTransport(inner, target.ctid) if target.ctid is not None else inner
+        if target.ctid is None:
+            return inner
+        from gpuops.transport.pct import PctTransport
+
+        return PctTransport(inner, target.ctid)
+
+    def connect_soon(self, targets: list[Target]) -> None:
+        """Start connecting the hosts of `targets` in the background (transport/early.py): what the command
+        still does before its first remote call (imports, building its commands) then overlaps the handshakes."""
+        names = list(dict.fromkeys(t.host for t in targets))
+        ssh_hosts = [self.inventory.hosts[n] for n in names if self.inventory.hosts[n].transport == "ssh"]
+        if ssh_hosts:
+            from gpuops.transport.sshresolve import resolve_soon
+
+            for host in ssh_hosts:  # `ssh -G` first: it runs while paramiko is imported below
+                resolve_soon(host)
+        for name in names:
+            self.host(name).connect_soon()
 
     def transports(self) -> list[Transport]:
         """The host transports opened so far."""
@@ -96,6 +117,9 @@ class _DryHost(HostSide):
     def open(self, cmd: Any) -> Stream:
         raise AssertionError("a dry run must not execute commands")
 
+    def connect_soon(self) -> None:
+        raise AssertionError("a dry run must not connect")
+
     def connect(self) -> None:
         raise AssertionError("a dry run must not connect")
 
@@ -110,4 +134,8 @@ def dry_transport(inventory: Inventory, target: Target) -> Transport:
     """The target's transport shape for --dry-run: renders, never connects."""
     host = inventory.hosts[target.host]
     inner: Transport = _DryHost(host.name, host.command_timeout)
-    return PctTransport(inner, target.ctid) if target.ctid is not None else inner
+    if target.ctid is None:
+        return inner
+    from gpuops.transport.pct import PctTransport
+
+    return PctTransport(inner, target.ctid)

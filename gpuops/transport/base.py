@@ -88,6 +88,10 @@ class Transport(Protocol):
         """Raise ContainerNotRunning when output is pct saying the container is missing or stopped;
         a host never raises."""
 
+    def connect_soon(self) -> None:
+        """Start connecting in the background (a no-op where there is nothing to connect): the next
+        connect() adopts that connection, or raises its error, as if it had made the attempt itself."""
+
     def connect(self) -> None:
         """Make sure the connection is up (retrying transient failures)."""
 

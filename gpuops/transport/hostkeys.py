@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import hashlib
 import hmac
 import os
@@ -14,7 +13,7 @@ from typing import Any
 
 from gpuops.transport._paramiko import paramiko
 
-from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey
+from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey, os_reason
 
 _append_lock = threading.Lock()
 
@@ -66,13 +65,6 @@ def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-
-def os_reason(exc: OSError) -> str:
-    """Why a local file could not be used, in the words an operator reads ("permission denied")."""
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    return (exc.strerror or str(exc)).lower()
 
 
 def known_hosts_name(hostname: str, port: int) -> str:

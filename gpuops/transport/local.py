@@ -109,6 +109,9 @@ class LocalTransport(HostSide):
         self.commands += 1
         return LocalStream(cmd.words())
 
+    def connect_soon(self) -> None:
+        return None
+
     def connect(self) -> None:
         return None
 

@@ -76,6 +76,9 @@ class PctTransport:
     def command_timeout(self) -> float:
         return self.inner.command_timeout
 
+    def connect_soon(self) -> None:
+        self.inner.connect_soon()
+
     def connect(self) -> None:
         self.inner.connect()
 

@@ -16,6 +16,7 @@ from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import HostSide, Result
+from gpuops.transport.early import Early
 from gpuops.transport.sshchain import _Connection, _where
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
@@ -99,6 +100,7 @@ class SshTransport(HostSide):
         self.label = host.name
         self.retry_time = retry_time
         self._conn: Any = None
+        self._early: Early | None = None
         self._lock = threading.Lock()
         self.connections_made = 0
         self.commands = 0
@@ -117,8 +119,20 @@ class SshTransport(HostSide):
 
     # -- connection ------------------------------------------------------------------
 
+    def connect_soon(self) -> None:
+        with self._lock:
+            if self._conn is None and self._early is None:
+                self._early = Early(self._connect_with_retries, close=lambda conn: conn.close())
+
     def connect(self) -> None:
         with self._lock:
+            if self._early is not None:
+                early, self._early = self._early, None
+                try:
+                    self._conn = early.result()
+                except BaseException:
+                    early.discard()  # interrupted while it connects: its connection is closed when made
+                    raise
             if self._conn is not None and self._conn.is_active():
                 return
             self._drop()
@@ -134,6 +148,9 @@ class SshTransport(HostSide):
             self._drop()
 
     def _drop(self) -> None:
+        if self._early is not None:
+            self._early.discard()
+            self._early = None
         if self._conn is not None:
             try:
                 self._conn.close()

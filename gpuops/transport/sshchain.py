@@ -14,10 +14,10 @@ from typing import Any, Mapping
 from gpuops.transport._paramiko import paramiko
 
 from gpuops.config.model import Host
-from gpuops.errors import AuthError, ConnectError, SshFileError, UsageError
-from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts, os_reason
+from gpuops.errors import AuthError, ConnectError, SshFileError, UsageError, os_reason
+from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.lowlatency import transport_factory
-from gpuops.transport.sshresolve import Resolved, resolve
+from gpuops.transport.sshresolve import Resolved, explicit_args, resolve
 
 
 class _Connection:
@@ -115,20 +115,10 @@ def plan_chain(host: Host, hosts: Mapping[str, Host]) -> list[_Hop]:
     return _plan(host, hosts, ())
 
 
-def _explicit(host: Host) -> tuple[str, ...]:
-    """The inventory's user and port as ssh options put first (first value wins, and `Match user` sees it)."""
-    out: tuple[str, ...] = ()
-    if host.user:
-        out += ("-o", f"User={host.user}")
-    if host.port:
-        out += ("-o", f"Port={host.port}")
-    return out + host.ssh_args
-
-
 def _plan(host: Host, hosts: Mapping[str, Host], seen: tuple[str, ...]) -> list[_Hop]:
     """Its inventory `jump`'s own chain, else every host of ssh's ProxyJump in order (OpenSSH's `a,b`: a,
     then b through a, then `host` through b), else an `ssh -W %h:%p HOP` ProxyCommand as a hop."""
-    found = resolve(host.address or host.name, _explicit(host))
+    found = resolve(host.address or host.name, explicit_args(host))
     if found.host_key_alias:
         raise UsageError(f"{host.name}: HostKeyAlias {found.host_key_alias} (ssh configuration) is not honoured by "
                          "gpuops", hint="remove it for this host, or name the host by that alias")
@@ -138,7 +128,7 @@ def _plan(host: Host, hosts: Mapping[str, Host], seen: tuple[str, ...]) -> list[
     elif seen:
         before = []  # a jump host's own ProxyJump is not followed
     elif found.proxy_jump:
-        before = [_resolve(hop, resolve(hop.address or hop.name, _explicit(hop)))
+        before = [_resolve(hop, resolve(hop.address or hop.name, explicit_args(hop)))
                   for hop in _proxy_jump(host, found.proxy_jump)]
     elif found.proxy_command:
         hop = ssh_w_hop(found.proxy_command, host)

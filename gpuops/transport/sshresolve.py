@@ -10,12 +10,17 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpuops.errors import SshFileError, UsageError
-from gpuops.transport.hostkeys import os_reason
+from gpuops.errors import SshFileError, UsageError, os_reason
+from gpuops.transport.early import Early
+
+if TYPE_CHECKING:
+    from gpuops.config.model import Host
 
 SSH_G_TIMEOUT = 30.0  # seconds; `Match exec` runs the user's commands, as ssh does
 _cache: dict[tuple[str, ...], "Resolved"] = {}
+_soon: dict[tuple[str, ...], Early] = {}  # resolutions started ahead of their first use
 _lock = threading.Lock()
 readers_used: set[str] = set()  # "OpenSSH (ssh -G)" and/or "paramiko": what -v reports
 
@@ -42,12 +47,40 @@ def user_config() -> str:
     return os.path.expanduser("~/.ssh/config")
 
 
-def resolve(dest: str, args: tuple[str, ...] = ()) -> Resolved:
+def explicit_args(host: Host) -> tuple[str, ...]:
+    """An inventory host's user and port as ssh options put first (first value wins, and `Match user` sees
+    them), then its ssh args: the ARGS of `ssh -G ARGS HOST` for that host."""
+    out: tuple[str, ...] = ()
+    if host.user:
+        out += ("-o", f"User={host.user}")
+    if host.port:
+        out += ("-o", f"Port={host.port}")
+    return out + host.ssh_args
+
+
+def resolve_soon(host: Host) -> None:
+    """Start resolving an inventory host (`ssh -G`, a process of its own) in the background, so the
+    command's imports overlap it; the first resolve() of that host waits for this answer."""
+    dest, args = host.address or host.name, explicit_args(host)
+    key = _key(dest, args)
+    with _lock:
+        if key not in _cache and key not in _soon:
+            _soon[key] = Early(lambda: resolve(dest, args, _started=True))
+
+
+def _key(dest: str, args: tuple[str, ...]) -> tuple[str, ...]:
+    return (os.environ.get("HOME", ""), *args, "--", dest)
+
+
+def resolve(dest: str, args: tuple[str, ...] = (), *, _started: bool = False) -> Resolved:
     """ssh's options for `dest` with `args` before it on ssh's command line (first value wins)."""
-    key = (os.environ.get("HOME", ""), *args, "--", dest)
+    key = _key(dest, args)
     with _lock:
         if key in _cache:
             return _cache[key]
+        soon = None if _started else _soon.pop(key, None)
+    if soon is not None:  # the resolution resolve_soon started: its answer (cached), or its error (once)
+        return soon.result()
     _check_readable(user_config())
     ssh = shutil.which("ssh")
     if ssh:

@@ -4,8 +4,6 @@ inventories are then Ansible's own work. Shape: {"_meta": {"hostvars": {...}}, "
 from __future__ import annotations
 
 from gpuops.config import schema as s
-from gpuops.config.ansible.build import inventory_of
-from gpuops.config.ansible.tree import Tree, yaml_vars
 from gpuops.config.model import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Scalar, Sequence
@@ -24,6 +22,9 @@ def accepts(source: Source) -> bool:
 
 
 def load(source: Source) -> Inventory:
+    from gpuops.config.ansible.build import inventory_of  # the Ansible model: for an Ansible file only
+    from gpuops.config.ansible.tree import Tree, yaml_vars
+
     tree = Tree(source.path, var_files=False)  # its hostvars already hold group_vars/ and host_vars/
     root = source.root
     assert isinstance(root, Mapping)

@@ -1,14 +1,20 @@
-"""The Ansible YAML inventory plugin: `all: {hosts, children, vars}`, other top-level groups under all."""
+"""The Ansible YAML inventory plugin: `all: {hosts, children, vars}`, other top-level groups under all.
+
+Every inventory file is asked whether it is one (accepts), so the Ansible model (tree, build) is
+imported only once a file is read as Ansible YAML: a gpuops inventory does not pay for it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuops.config import schema as s
-from gpuops.config.ansible.build import inventory_of
-from gpuops.config.ansible.tree import GROUP_KEYS, Group, Tree, yaml_vars
 from gpuops.config.inventory import INVENTORY_KEYS
 from gpuops.config.model import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Node, Scalar
+
+if TYPE_CHECKING:
+    from gpuops.config.ansible.tree import Group, Tree
 
 
 def accepts(source: Source) -> bool:
@@ -22,6 +28,9 @@ def accepts(source: Source) -> bool:
 
 
 def load(source: Source) -> Inventory:
+    from gpuops.config.ansible.build import inventory_of
+    from gpuops.config.ansible.tree import Tree
+
     tree = Tree(source.path)
     root = source.root
     assert root is not None
@@ -30,6 +39,8 @@ def load(source: Source) -> Inventory:
 
 
 def _has_group_keys(node: Node) -> bool:
+    from gpuops.config.ansible.tree import GROUP_KEYS
+
     return isinstance(node, Mapping) and any(isinstance(k, Scalar) and k.text in GROUP_KEYS for k, _ in node.pairs)
 
 
@@ -43,6 +54,8 @@ def parse_yaml(root: Node, tree: Tree) -> None:
 
 
 def _yaml_group(tree: Tree, group: Group, node: Node) -> None:
+    from gpuops.config.ansible.tree import GROUP_KEYS, yaml_vars
+
     if s.is_null(node):
         return
     sec = s.Section(node, f"group '{group.name}'", GROUP_KEYS)
