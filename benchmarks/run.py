@@ -141,7 +141,7 @@ def bench_status(args: argparse.Namespace) -> list[Row]:
         floor8 = med(machine8) / ncpu  # the 8 targets' work, spread perfectly over every CPU here
         return [
             Row("status: 1 target (ssh + pct)", st1, baseline_name="raw ssh 'pct exec 200 -- nvidia-smi ...'", baseline=raw,
-                target="ratio <= 1.3", met=ratio1 <= 1.3,
+                target="ratio <= 0.9 (issue 21)", met=ratio1 <= 0.9,
                 note=f"{cost}; sshd saw {conns} connection(s); gpuops CPU {med(cpu1) * 1000:.0f} ms"),
             Row("status: 8 targets over 4 sshd", st8, baseline_name="gpuops status, 1 target", baseline=st1,
                 target="ratio <= 1.5", met=ratio8 <= 1.5,

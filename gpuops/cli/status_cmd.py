@@ -20,6 +20,9 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     inv, pb, targets = sel.inventory, sel.playbook, sel.targets
     sessions = (pb.launch.session,) if pb else None
     pool = Pool(inv)
+    # The connections are made in threads while this one imports and builds the probes: hand the GIL over
+    # every 0.5 ms, not 5, so a thread is woken within 0.5 ms of its server's reply (-6 ms per status here).
+    sys.setswitchinterval(0.0005)
     try:
         pool.connect_soon(targets)  # the handshakes overlap the rest of this command's start-up
         if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
