@@ -125,3 +125,27 @@ def test_an_abort_record_holding_a_long_escaped_line_still_names_its_rule(tmp_pa
     run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
     assert run.abort["rule"] == "boom" and run.abort["by"] == "watchdog" and run.abort["line"] == line
     assert run.state == "aborted" and run.outcome_code() == 7
+
+
+def test_a_launch_between_saying_running_and_making_the_session_is_still_launching(tmp_path: Path) -> None:
+    # The launcher records phase "running", then `start` makes the tmux session: a probe in between used to
+    # call the run lost, and `logs -f` attached then ended at once with exit 6 (seen as a flaky test).
+    import fcntl
+
+    meta = json.dumps({"id": "20261129-101500-abcdef", "phase": "running"})
+    _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json=meta, log="")
+    locks = tmp_path / ".gpuops" / "locks"
+    locks.mkdir(parents=True)
+    with open(locks / "train.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the launch in progress holds its session's lock, as lock.sh does
+        (locks / "train.holder").write_text("ops@laptop pid 4242\n")
+        run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+        assert run is not None and run.state == "warming" and run.alive
+        # Once training's session was made, a missing session is a run that ended, lock or not.
+        (tmp_path / ".gpuops" / "runs" / "20261129-101500-abcdef" / "started").write_text("1764583200.000\n")
+        run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+        assert run is not None and run.started and run.state == "lost"
+    # And with no launch holding the lock, a run whose session is gone is lost, as before.
+    (tmp_path / ".gpuops" / "runs" / "20261129-101500-abcdef" / "started").unlink()
+    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    assert run is not None and run.state == "lost"

@@ -18,7 +18,7 @@ MARKS = frozenset({
     "need-lib",
     # probe.sh
     "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
-    "locked", "run", "meta", "exit", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
+    "locked", "run", "meta", "exit", "started", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
     "guard_counts", "pct_exec_rc", "pct_rc",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
@@ -74,6 +74,7 @@ class ProbeRun:
     run_id: str
     meta: Dict[str, Any] = field(default_factory=dict)
     exit_code: Optional[int] = None
+    started: bool = False  # the `started` record: training's tmux session was created
     abort: Optional[Dict[str, Any]] = None
     abort_done: Optional[Dict[str, Any]] = None
     watchdog: Optional[Dict[str, Any]] = None
@@ -157,6 +158,8 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
         setattr(state.run, key, _object(value))
     elif key == "exit":
         state.run.exit_code = _int(value)
+    elif key == "started":
+        state.run.started = True
     elif key == "guard_counts":
         state.run.guard_counts.append(_object(value))
     elif key == "watchdog_pid":

@@ -52,7 +52,7 @@ def parse_probe(text: str) -> Probe:
                 run_id=r.run_id, session=name, meta=r.meta, exit_code=r.exit_code, abort=r.abort,
                 log_size=r.log_size, log_mtime=r.log_mtime, session_alive=said.alive, remote_now=reply.now,
                 abort_done=r.abort_done, watchdog=r.watchdog, watchdog_running=r.watchdog_running,
-                samples_text=r.samples_text, guard_counts=r.guard_counts,
+                samples_text=r.samples_text, guard_counts=r.guard_counts, started=r.started,
             )
             state.run.meta["launcher_alive"] = said.locked_by is not None
     return probe

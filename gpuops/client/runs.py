@@ -37,6 +37,7 @@ class RunInfo:
     watchdog_running: bool = True  # False: neither the watchdog nor its supervisor has a live process
     samples_text: str = ""  # the tail of samples.jsonl, when asked for
     guard_counts: list[dict[str, Any]] = field(default_factory=list)  # the compile guard's, one per process
+    started: bool = False  # its `started` record: training's tmux session was created (this attempt's)
 
     @property
     def compile_guard(self) -> dict[str, Any] | None:
@@ -63,6 +64,9 @@ class RunInfo:
             return RunState.EXITED
         if self.session_alive:
             return RunState.RUNNING
+        if self.meta.get("phase") == p.PHASE_RUNNING and not self.started and self.meta.get("launcher_alive"):
+            # meta.json says running one round trip before `start` has made the tmux session: still the launch
+            return RunState.WARMING
         if self.meta.get("phase") in p.WARMING_PHASES:
             return RunState.WARMING if self.meta.get("launcher_alive") else RunState.FAILED_BEFORE_START
         if self.meta.get("phase") in p.NOT_STARTED_PHASES:

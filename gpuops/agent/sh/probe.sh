@@ -75,6 +75,7 @@ list_sessions "$@" | while IFS= read -r S; do
   # line of 64 KiB is up to 12 times as long JSON-escaped, and a cut record names no rule.
   [ -f "$D/meta.json" ] && echo "@@gpuops meta $(head -c 1048576 "$D/meta.json" | tr -d '\n')"
   [ -f "$D/exit_code" ] && echo "@@gpuops exit $(head -c 16 "$D/exit_code" | tr -d '\n')"
+  [ -f "$D/started" ] && echo "@@gpuops started"
   [ -f "$D/abort.json" ] && echo "@@gpuops abort $(head -c 1048576 "$D/abort.json" | tr -d '\n')"
   [ -f "$D/abort-done.json" ] && echo "@@gpuops abort_done $(head -c 16384 "$D/abort-done.json" | tr -d '\n')"
   if [ -f "$D/watchdog.json" ]; then
