@@ -26,3 +26,25 @@ def test_a_host_that_never_answers_holds_up_only_its_own_status(tmp_path: Path, 
         hole.stop()
     assert result.code == 3, result
     assert "ct300: unreachable: pve2: cannot connect" in result.text and "ct200: reachable via pve1" in result.text
+
+
+def test_ctrl_c_behind_a_host_that_never_answers_ends_status_at_once(tmp_path: Path, sshd: SshServer,
+                                                                      fake_proxmox: FakeProxmox) -> None:
+    # The silent host's probe waits out a 120 s handshake timeout; a thread pool's worker would be waited
+    # for at exit, so Ctrl-C took that long. The probes run in daemon threads: Ctrl-C is an exit now.
+    import signal
+
+    hole = SshServer()
+    hole.start()
+    try:
+        inv = write_inventory(tmp_path / "inv.yaml", sshd, extra_hosts={"pve2": host_entry(hole, connect_timeout=120)},
+                              extra_targets={"ct300": {"host": "pve2", "ctid": 300}})
+        hole.freeze()
+        status = Running("status", "-i", str(inv), "-t", "ct300", "-t", "ct200")
+        status.wait_for(lambda: "ct200: no gpuops runs" in status.out, "the reachable target's status", timeout=90)
+        status.signal(signal.SIGINT)
+        result = status.finish(timeout=60)  # well inside the silent host's 120 s
+    finally:
+        hole.stop()
+    assert result.code == 130, result
+    assert "ct200: reachable via pve1" in result.text and "interrupted" in result.err and "Traceback" not in result.err

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 from gpuops.client import tools
 from gpuops.client.remote import run_tool_with_state
@@ -115,12 +116,37 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     return status
 
 
-def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:
-    """Probe every target, at most MAX_PARALLEL at a time; results in the order asked."""
+def each_status(pool: Pool, inventory: Inventory, targets: list[Target],
+                sessions: tuple[str, ...] | None) -> Iterator[TargetStatus]:
+    """Every target probed, at most MAX_PARALLEL at a time, each status as soon as it is read: a host that
+    never answers holds up only its own (for its connect timeout and retries), not the targets already read.
+    The probes run in daemon threads, so Ctrl-C ends the command at once, not after a silent host's timeout
+    (a thread pool's workers would be waited for)."""
     if len(targets) == 1:
-        return [probe_target(pool, inventory, targets[0], sessions)]
-    from concurrent.futures import ThreadPoolExecutor
+        yield probe_target(pool, inventory, targets[0], sessions)
+        return
+    import queue
 
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as ex:
-        futures = [ex.submit(probe_target, pool, inventory, t, sessions) for t in targets]
-        return [f.result() for f in futures]
+    done: queue.Queue = queue.Queue()
+    slots = threading.BoundedSemaphore(MAX_PARALLEL)
+
+    def probe(target: Target) -> None:
+        with slots:
+            try:
+                done.put((probe_target(pool, inventory, target, sessions), None))
+            except BaseException as exc:  # a bug: raised where the statuses are read
+                done.put((None, exc))
+
+    for target in targets:
+        threading.Thread(target=probe, args=(target,), name=f"gpuops-status-{target.name}", daemon=True).start()
+    for _ in targets:
+        status, error = done.get()
+        if error is not None:
+            raise error
+        yield status
+
+
+def gather(pool: Pool, inventory: Inventory, targets: list[Target], sessions: tuple[str, ...] | None) -> list[TargetStatus]:
+    """Every target's status, in the order asked."""
+    order = {t.name: i for i, t in enumerate(targets)}
+    return sorted(each_status(pool, inventory, targets, sessions), key=lambda s: order[s.target])

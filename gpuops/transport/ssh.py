@@ -119,33 +119,59 @@ class SshTransport(HostSide):
 
     # -- connection ------------------------------------------------------------------
 
+    # Every attempt runs in its own thread (transport/early.py) and callers wait for it without holding
+    # the lock: Ctrl-C ends a wait at once, close() never waits for a handshake (a silent host held it
+    # for its whole connect timeout), and threads asking for one host share one attempt.
+
     def connect_soon(self) -> None:
         with self._lock:
-            if self._conn is None and self._early is None:
-                self._early = Early(self._connect_with_retries, close=lambda conn: conn.close())
+            if self._early is None and not self._active():
+                self._start_locked()
 
     def connect(self) -> None:
         with self._lock:
-            if self._early is not None:
-                early, self._early = self._early, None
-                try:
-                    self._conn = early.result()
-                except BaseException:
-                    early.discard()  # interrupted while it connects: its connection is closed when made
-                    raise
-            if self._conn is not None and self._conn.is_active():
-                return
-            self._drop()
-            self._conn = self._connect_with_retries()
+            if self._early is None:
+                if self._active():
+                    return
+                self._start_locked()
+            early = self._early
+        self._adopt(early)
 
     def reconnect(self) -> None:
         with self._lock:
-            self._drop()
-            self._conn = self._connect_with_retries()
+            self._start_locked()
+            early = self._early
+        self._adopt(early)
 
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+    def _active(self) -> bool:
+        return self._conn is not None and self._conn.is_active()
+
+    def _start_locked(self) -> None:
+        """A new attempt in its thread; the connection there (or an attempt under way) is dropped first."""
+        self._drop()
+        self._early = Early(self._connect_with_retries, close=lambda conn: conn.close())
+
+    def _adopt(self, early: Early) -> None:
+        """Wait for the attempt; its connection becomes this host's, its error is raised (once: the next
+        connect() makes a new attempt)."""
+        try:
+            conn = early.result()
+        except BaseException as exc:
+            with self._lock:
+                if self._early is early:
+                    self._early = None
+            if not isinstance(exc, Exception):  # Ctrl-C while it connects: its connection is closed when made
+                early.discard()
+            raise
+        with self._lock:
+            if self._early is early:
+                self._early, self._conn = None, conn
+            elif conn is None or self._conn is not conn:  # closed while it connected: nothing to adopt
+                raise ConnectionLost(self.label, "the connection was closed while it was being made")
 
     def _drop(self) -> None:
         if self._early is not None:
