@@ -156,3 +156,43 @@ def test_waits_end_at_once_when_a_record_appears_and_a_poll_is_all_there_is_with
     p = wake.Waker(str(tmp_path), ["log"])
     assert p.mode == "poll (inotify turned off)"
     assert p.wait(30) == [] and p.timed_out is False  # a poll returns after POLL, whatever happened
+
+
+def test_a_streaming_log_wakes_the_waiter_once_per_gather_window_not_once_per_write(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # At 20 MB/s the watchdog was woken by every write and read a line at a time (20% of a core). Real
+    # writes and real inotify; the waiter's clock is the test's, so what it sleeps is exact.
+    from gpuops.agent import wake
+
+    log = tmp_path / "log"
+    log.write_text("")
+    waker = wake.Waker(str(tmp_path), ["log"])
+    if waker.fd is None:
+        pytest.skip(f"no inotify here: {waker.mode}")
+    clock = [1000.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(wake.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(wake.time, "sleep", sleep)
+    try:
+        with open(log, "a") as fh:
+            def change_after(seconds: float) -> None:
+                clock[0] += seconds
+                fh.write("step\n")
+                fh.flush()
+                assert waker.wait(5.0) == [] and not waker.timed_out  # woken by the log
+
+            change_after(60.0)
+            assert slept == []  # a quiet log's first line is reported at once
+            change_after(0.001)  # the next write 1 ms later: held until GATHER after the last wake
+            assert slept == [pytest.approx(wake.GATHER - 0.001)]
+            change_after(0.0)
+            assert slept[-1] == pytest.approx(wake.GATHER)
+            change_after(wake.GATHER + 0.5)  # quiet again for longer than a window: at once
+            assert len(slept) == 2
+    finally:
+        waker.close()

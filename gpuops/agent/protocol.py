@@ -97,7 +97,7 @@ def attempt_dir(d: str, n: int) -> str:
 #: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
 HEARTBEAT_STALE = 10.0
 #: Seconds between watchdog heartbeats.
-HEARTBEAT_EVERY = 1.0
+HEARTBEAT_EVERY = 2.0
 
 def state_dir(home: Optional[str] = None) -> str:
     return os.path.join(home or os.path.expanduser("~"), STATE_DIR)

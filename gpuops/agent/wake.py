@@ -8,6 +8,12 @@ training's pidfd) or after `timeout` seconds (the heartbeat), so a missed event 
 heartbeat period, never a match. Where inotify cannot be had (no ctypes or libc, not Linux, the
 per-user instance limit, GPUOPS_AGENT_NO_INOTIFY=1, a kernel that never delivers its events) the
 wait is the old poll: it returns every POLL seconds and the caller reads as before.
+
+A log that streams changes with every write the trainer makes: woken by each, the watchdog read a
+line at a time (20% of a core at 20 MB/s, against 4% for the 20 ms poll). A change that comes within
+GATHER seconds of the last one is therefore reported GATHER after that one, so the bytes of a
+streaming log are read in one go a few milliseconds apart; the first change after a quiet spell
+is reported at once (a line's match is not delayed by a log that was silent).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 POLL = 0.02
+#: While a watched file keeps changing, at most one wake per GATHER seconds (its writes read together).
+GATHER = 0.01
 #: Events of the watched files: growth, a changed size or mode (truncation), a rename or deletion.
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -59,6 +67,7 @@ class Waker:
         self.watches: Dict[int, Optional[str]] = {}  # watch descriptor -> file name (None: the directory)
         self.misses = 0
         self.timed_out = False  # the last wait ended by its timeout
+        self.last_change = 0.0  # monotonic: when a wait last returned for a changed file
         self.why_poll = ""
         self.libc = _libc()
         if self.libc is None:
@@ -117,7 +126,17 @@ class Waker:
                 return []
             if self._drain():
                 self.misses = 0
+                self._gather()
                 return []
+
+    def _gather(self) -> None:
+        """A change soon after the last one: let the writes gather for the rest of GATHER (see above)."""
+        now = time.monotonic()
+        early = self.last_change + GATHER - now
+        if early > 0:
+            time.sleep(early)
+            now += early
+        self.last_change = now
 
     def _drain(self) -> bool:
         """Read the pending events: True when one is of interest (re-watching a file that was replaced)."""
