@@ -103,3 +103,10 @@ def test_loading_the_config_imports_no_log_matcher() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.signatures.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "gpuops.agent.signatures.matcher" not in out and "gpuops.agent.signatures.budget" not in out, out
+
+
+def test_validate_shows_the_connection_without_importing_an_ssh_library() -> None:
+    # validate plans each target's chain as ssh resolves it (sshplan.py); connecting it is sshchain's.
+    seen = imports_of("validate", "-i", str(REPO / "inventories/example.yaml"), "-p", str(REPO / "playbooks/dflash.yaml"))
+    assert seen["code"] == 0, seen
+    assert "paramiko" not in seen["imported"], seen

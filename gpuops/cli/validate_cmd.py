@@ -20,10 +20,18 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inventory:
         from gpuops.transport.describe import connection
 
+        from gpuops.transport.sshresolve import resolve_soon
+
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
-        views = [connection(inv, t) for t in inv.targets.values()]  # as ssh resolves it: nothing connects
-        views += [{"name": name, "error": str(exc)} for name, exc in inv.broken.items()]
+        for name in dict.fromkeys(t.host for t in inv.targets.values()):  # `ssh -G` runs while the playbook is read
+            host, seen = inv.hosts[name], set()
+            while host.transport == "ssh" and host.name not in seen:  # the host, then its inventory jumps
+                seen.add(host.name)
+                resolve_soon(host)
+                if not host.jump or host.jump not in inv.hosts:
+                    break
+                host = inv.hosts[host.jump]
     unset: list[str] = []
     warnings: tuple[str, ...] = ()
     if playbook:
@@ -33,6 +41,9 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         checked.append(f"{playbook}: playbook '{pb.name}', session '{pb.launch.session}'")
         unset = [v.from_env for v in pb.env if v.from_env and v.from_env not in os.environ]
         warnings = pb.warnings
+    if inv is not None:
+        views = [connection(inv, t) for t in inv.targets.values()]  # as ssh resolves it: nothing connects
+        views += [{"name": name, "error": str(exc)} for name, exc in inv.broken.items()]
     if inv is not None and pb is not None and (target or pb.target):
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")

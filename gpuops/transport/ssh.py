@@ -17,7 +17,8 @@ from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import HostSide, Result
 from gpuops.transport.early import Early
-from gpuops.transport.sshchain import _Connection, _where
+from gpuops.transport.sshchain import _Connection
+from gpuops.transport.sshplan import where as _where
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
 # with logging unconfigured Python prints them on stderr. gpuops reports those failures itself.
