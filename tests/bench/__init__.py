@@ -5,7 +5,14 @@ Import from tests as `from bench import SshServer, FakeProxmox, write_inventory,
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+
+# A suite started in the background of a shell without job control (`cmd &` in a script, a CI step run
+# that way) inherits SIGINT ignored, and so does every gpuops it starts: the Ctrl-C tests would see a
+# command that cannot be interrupted. A handler here makes the children start with the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 BIN_DIR = TESTS_DIR / "standins" / "bin"  # pct, nvidia-smi, fake-train, fake-warmup
