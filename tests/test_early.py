@@ -18,7 +18,7 @@ import pytest
 
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.cli import Running
-from bench.inventory import host_entry
+from bench.inventory import silent_host
 from gpuops.config.model import Host
 from gpuops.errors import UsageError
 from gpuops.transport import sshresolve
@@ -122,19 +122,12 @@ def _established_to(port: int) -> bool:
 
 def test_ctrl_c_while_the_early_connect_waits_on_a_silent_host_ends_status_at_once(
         tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> None:
-    hole = SshServer()
-    hole.start()
-    try:
-        inv = write_inventory(tmp_path / "inv.yaml", sshd, extra_hosts={"pve2": host_entry(hole, connect_timeout=120)},
-                              extra_targets={"ct300": {"host": "pve2", "ctid": 300}})
-        hole.freeze()  # the kernel accepts the connection, sshd never says a word
+    with silent_host(tmp_path / "inv.yaml", sshd, connect_timeout=120) as (inv, hole):
         status = Running("status", "-i", str(inv), "-t", "ct300")
         status.wait_for(lambda: _established_to(hole.port), "gpuops connected to the silent host")
         status.signal(signal.SIGINT)
         # Well inside the 120 s handshake timeout: the connect running in the background holds nothing up.
         result = status.finish(timeout=60)
-    finally:
-        hole.stop()
     assert result.code == 130, result
     assert "interrupted" in result.err and "Traceback" not in result.err
 

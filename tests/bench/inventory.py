@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import yaml
 
@@ -59,3 +60,18 @@ def write_inventory(
     out = Path(path)
     out.write_text(yaml.safe_dump({"hosts": hosts, "targets": targets}, sort_keys=False))
     return out
+
+
+@contextlib.contextmanager
+def silent_host(path: str | os.PathLike[str], server: SshServer, *, connect_timeout: float) -> Iterator[tuple[Path, SshServer]]:
+    """An inventory with `server`'s pve1/ct200 and a second host, pve2 (ct300), whose sshd is frozen: the kernel
+    accepts the connection, sshd never says a word. Yields (inventory, that host's server); stopped after."""
+    hole = SshServer()
+    hole.start()
+    try:
+        inv = write_inventory(path, server, extra_hosts={"pve2": host_entry(hole, connect_timeout=connect_timeout)},
+                              extra_targets={"ct300": {"host": "pve2", "ctid": 300}})
+        hole.freeze()
+        yield Path(inv), hole
+    finally:
+        hole.stop()
