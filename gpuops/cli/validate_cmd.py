@@ -20,18 +20,11 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inventory:
         from gpuops.transport.describe import connection
 
-        from gpuops.transport.sshresolve import resolve_soon
+        from gpuops.transport.sshresolve import resolve_hosts_soon
 
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
-        for name in dict.fromkeys(t.host for t in inv.targets.values()):  # `ssh -G` runs while the playbook is read
-            host, seen = inv.hosts[name], set()
-            while host.transport == "ssh" and host.name not in seen:  # the host, then its inventory jumps
-                seen.add(host.name)
-                resolve_soon(host)
-                if not host.jump or host.jump not in inv.hosts:
-                    break
-                host = inv.hosts[host.jump]
+        resolve_hosts_soon(inv.hosts, (t.host for t in inv.targets.values()))  # `ssh -G` while the playbook is read
     unset: list[str] = []
     warnings: tuple[str, ...] = ()
     if playbook:

@@ -70,12 +70,10 @@ class Pool:
         """Start connecting the hosts of `targets` in the background (transport/early.py): what the command
         still does before its first remote call (imports, building its commands) then overlaps the handshakes."""
         names = list(dict.fromkeys(t.host for t in targets))
-        ssh_hosts = [self.inventory.hosts[n] for n in names if self.inventory.hosts[n].transport == "ssh"]
-        if ssh_hosts:
-            from gpuops.transport.sshresolve import resolve_soon
+        if any(self.inventory.hosts[n].transport == "ssh" for n in names):
+            from gpuops.transport.sshresolve import resolve_hosts_soon
 
-            for host in ssh_hosts:  # `ssh -G` first: it runs while paramiko is imported below
-                resolve_soon(host)
+            resolve_hosts_soon(self.inventory.hosts, names)  # `ssh -G` first: it runs while paramiko is imported
         for name in names:
             self.host(name).connect_soon()
 

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpuops.errors import SshFileError, UsageError, os_reason
 from gpuops.transport.early import Early
@@ -66,6 +66,19 @@ def resolve_soon(host: Host) -> None:
     with _lock:
         if key not in _cache and key not in _soon:
             _soon[key] = Early(lambda: resolve(dest, args, _started=True))
+
+
+def resolve_hosts_soon(hosts: Mapping[str, Host], names: Iterable[str]) -> None:
+    """resolve_soon for each inventory host named, when it is an SSH host, and for the inventory jumps it goes
+    through: the command's imports (status) or its reading of the playbook (validate) overlap them."""
+    for name in dict.fromkeys(names):
+        host, seen = hosts[name], set()
+        while host.transport == "ssh" and host.name not in seen:
+            seen.add(host.name)
+            resolve_soon(host)
+            if not host.jump or host.jump not in hosts:
+                break
+            host = hosts[host.jump]
 
 
 def _key(dest: str, args: tuple[str, ...]) -> tuple[str, ...]:
