@@ -16,10 +16,11 @@ import select
 import signal
 import struct
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn
 
-from gpuops.cli.signals import Terminated, cause_of, code_of, outcome_of
+from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
 
@@ -104,7 +105,8 @@ class Fanout:
             os.close(write_end)
             self.workers.append(_Worker(job, pid, read_end))
         try:
-            self._pump()
+            with self._passing_signals_on():
+                self._pump()
         finally:
             for w in self.workers:
                 os.close(w.fd)
@@ -119,32 +121,49 @@ class Fanout:
                     if w.fd in ready:
                         self._read(w)
                 self._render()
-            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (Terminated): every target ends as one would alone
-                self._signal(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
             except BrokenPipeError:  # stdout's reader left: stop following everywhere, say nothing more
                 self.broken = True
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 self._signal(signal.SIGINT)
 
+    @contextlib.contextmanager
+    def _passing_signals_on(self) -> Iterator[None]:
+        """While the workers run, Ctrl-C and SIGTERM here are passed on to them and raise nothing here.
+
+        Each target ends as it would alone, and this process waits for every result. A handler that
+        raised (KeyboardInterrupt) could be hit again by a second Ctrl-C while it passed the first on,
+        a CI `timeout` sends two at once, and the pump would end with the workers still cleaning up."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, lambda signum, frame: self._signal(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def _signal(self, sig: int) -> None:
         """Pass the signal on to each worker once: a second Ctrl-C (a CI `timeout` sends two) must not
-        cut short the cleanup the first one started there."""
-        for w in self.workers:
-            if not w.eof and sig not in w.signalled:
-                w.signalled.add(sig)
-                try:
-                    os.kill(w.pid, sig)
-                except ProcessLookupError:
-                    pass
+        cut short the cleanup the first one started there. Signals are held meanwhile, so a handler
+        run again inside this one cannot send one twice."""
+        with _signals_held():
+            for w in self.workers:
+                if not w.eof and sig not in w.signalled:
+                    w.signalled.add(sig)
+                    try:
+                        os.kill(w.pid, sig)
+                    except ProcessLookupError:
+                        pass
 
     def _read(self, w: _Worker) -> None:
         data = os.read(w.fd, 1 << 20)
-        with _signals_held():  # a Ctrl-C now waits until the bytes are booked: no result lost or doubled
-            if data:
-                w.buf += data
-                self._frames(w)
-            else:
-                self._ended(w)
+        if data:
+            w.buf += data
+            self._frames(w)
+        else:
+            self._ended(w)
 
     def _frames(self, w: _Worker) -> None:
         while len(w.buf) >= _HEADER.size:
