@@ -18,7 +18,7 @@ import pytest
 
 from bench import procs, wait_until
 from bench.faults import calls, can_mount, container_path, full_disk, tmpfs, tmux_wrapper
-from bench.watchdog import events, heartbeat, wait_watching
+from bench.watchdog import events, heartbeat, kill_watchdog, wait_watching
 from test_watch import Ct, trainer
 from test_watchdog import go_file, run_stopped
 
@@ -35,7 +35,7 @@ def stopped_by_the_watchdog(ct: Ct) -> None:
                                   "protocol version mismatch (client 8, server 7)"])
 def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
     flag, count = ct.tmp / "tmux-broken", ct.tmp / "tmux-calls"
-    tmux_wrapper(ct.tmp / "bin", flag, count, stderr=said)
+    tmux_wrapper(ct.tmp / "bin", flag, count, stderr=said, commands=("has-session", "display-message"))
     container_path(ct.fake, ct.tmp / "bin")
     go, opt = go_file(ct)
     ct.launch_detached(trainer("fx-thread", opt))
@@ -43,9 +43,11 @@ def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
     ct.wait_training()
     trainers = ct.run_processes()
     flag.touch()
-    # The watchdog asks tmux only as a backstop now (every 10 s: the training's end comes from its pid and
-    # exit record), so "a few times" is two of its has-session calls failing.
-    wait_until(lambda: calls(count) >= 2, timeout=90, message="the watchdog to meet the failing tmux twice")
+    # A watchdog that knows the pane asks tmux nothing (the training's end comes from its pid, its
+    # terminal and its exit record). One started again must ask: it cannot learn the pane, so it
+    # checks the session twice a second, and every answer is the error.
+    kill_watchdog(ct.run_dir())
+    wait_until(lambda: calls(count) >= 2, timeout=90, message="the new watchdog to meet the failing tmux twice")
     flag.unlink()
     assert ct.session_alive() and all(procs.is_alive(pid) for pid in trainers), "a tmux error killed the run"
     assert not any(e["event"] in ("session_gone", "done") for e in events(ct.run_dir()))

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench import wait_until
 from bench.cli import CtCli
 
@@ -112,15 +114,19 @@ def test_a_log_deleted_under_a_live_run_is_read_on_through_the_open_file(ct: Ct)
 
 
 # -- the run is taken away mid-way -------------------------------------------------------------------
-def test_a_session_killed_by_hand_ends_the_launch_with_6(ct: Ct) -> None:
-    ct.playbook_for(trainer("steps", "--steps", "100000"), stall=60)
+@pytest.mark.parametrize("hup", ["dies of it", "ignored"])
+def test_a_session_killed_by_hand_ends_the_launch_with_6(ct: Ct, hup: str) -> None:
+    # A training that ignores SIGHUP lives on when its session is killed: the end is seen from the
+    # pane's terminal hanging up (no tmux is asked meanwhile), and what is left of the run is stopped.
+    ignore = "trap '' HUP; exec " if hup == "ignored" else ""
+    ct.playbook_for(ignore + trainer("steps", "--steps", "100000"), stall=60)
     launch = ct.start("launch")
     launch.wait_for(lambda: "step 5/" in launch.out, "the log to stream")
     assert ct.fake.tmux(ct.vmid, "kill-session", "-t", f"={SESSION}").returncode == 0
     result = launch.finish(timeout=60)
     assert result.code == 6, result
     assert ("its tmux session is gone (killed by hand" in result.err
-            or "(SIGHUP: its tmux session was killed)" in result.err), result
+            or (hup != "ignored" and "(SIGHUP: its tmux session was killed)" in result.err)), result
     ct.assert_run_gone()
 
 

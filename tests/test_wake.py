@@ -86,7 +86,7 @@ def test_an_idle_run_spawns_no_tmux_check_and_no_nvidia_smi_and_its_end_is_still
     beat0 = float(heartbeat(d)["ts"])
     wait_until(lambda: float(heartbeat(d).get("ts") or 0) >= beat0 + 6, timeout=60, message="six seconds of heartbeats")
     window = lines(calls)[tmux_before:]
-    assert window.count("has-session") <= 1, window  # one backstop every 10 s at most; it was 2 a second
+    assert window == [], window  # the pane's pid and terminal say it lives; it was 2 has-session a second
     assert lines(smi_calls)[smi_before:] == []  # the two loops run on; no one-shot query every 10 s
     counted = [s for s in (d / "samples.jsonl").read_text().splitlines() if '"p":' in s]
     assert counted and all('"p":{"5":1,"6":1}' in s for s in counted[1:]), counted[-3:]
@@ -96,34 +96,6 @@ def test_an_idle_run_spawns_no_tmux_check_and_no_nvidia_smi_and_its_end_is_still
     wait_until(lambda: heartbeat(d).get("state") == "done", timeout=30, message="the watchdog to record the end")
     assert any(e["event"] == "session_gone" for e in events(d))
     wait_until(lambda: not ct.run_processes(), timeout=30, message="the run's processes to be reaped")
-
-
-def test_a_tmux_that_fails_never_ends_a_healthy_run_whose_pane_lives(ct: Ct) -> None:
-    # tmux answers has-session with an error that is not "can't find session" (a version mismatch).
-    calls = counting_tmux(ct)
-    shim = Path(ct.tmp / "counting-bin" / "tmux")
-    real = shutil.which("tmux") or "tmux"
-    shim.write_text(f"#!/bin/bash\nprintf '%s\\n' \"$1\" >> {shlex.quote(str(calls))}\n"
-                    f"if [ \"$1\" = has-session ] && [ -e {shlex.quote(str(ct.tmp / 'break'))} ]; then\n"
-                    "  echo 'protocol version mismatch (client 8, server 7)' >&2; exit 1\nfi\n"
-                    f"exec {shlex.quote(real)} \"$@\"\n")
-    command = " ".join(["fake-train", "--mode", "steps", "--steps", "100000", "--gpus", ",".join(map(str, GPUS)),
-                        "--interval", "0.2"])
-    ct.launch_detached(command)
-    d = ct.run_dir()
-    wait_watching(d)
-    ct.wait_training()
-    (ct.tmp / "break").touch()
-    before = len(lines(calls))
-    beat0 = float(heartbeat(d)["ts"])
-    wait_until(lambda: float(heartbeat(d).get("ts") or 0) >= beat0 + 12, timeout=60,
-               message="twelve seconds of heartbeats (one tmux backstop at least)")
-    assert "has-session" in lines(calls)[before:]  # the backstop asked, and tmux failed
-    (ct.tmp / "break").unlink()  # (the bench's own session check goes through the same tmux)
-    assert heartbeat(d)["state"] == "watching" and ct.session_alive()
-    assert not any(e["event"] in ("session_gone", "done") for e in events(d))
-    ct.gpuops("stop")
-    wait_until(lambda: not ct.run_processes(), timeout=30, message="the stopped run's processes to end")
 
 
 def test_waits_end_at_once_when_a_record_appears_and_a_poll_is_all_there_is_without_inotify(tmp_path: Path,

@@ -237,7 +237,7 @@ class Follower:
                         self.w(end)
                         return
                 wait = p.HEARTBEAT_EVERY / 10 if end is not None else last_hb + p.HEARTBEAT_EVERY - now
-                self.waker.wait(wait, self.live.fds())
+                self.live.saw(self.waker.wait(wait, self.live.fds(), self.live.hangups()))
             if now - last_hb >= p.HEARTBEAT_EVERY:
                 age, wd_offset, state = self.watchdog(now)
                 self.w(p.heartbeat_frame(now, self.size, self.mtime, age, wd_offset, state))

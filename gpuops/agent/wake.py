@@ -4,7 +4,8 @@ The watchdog and the follower wait here instead of polling the log: a process bl
 select() on an inotify descriptor costs nothing until the log grows, is truncated, replaced or
 deleted, or a record (exit_code, abort.json, started, ...) appears in the run directory. The
 wait also ends when one of the caller's own descriptors is readable (the GPU sampler's pipe, the
-training's pidfd) or after `timeout` seconds (the heartbeat), so a missed event costs at most one
+training's pidfd), one it waits on for a hangup alone hangs up (the pane's terminal: typed input
+does not wake it), or after `timeout` seconds (the heartbeat), so a missed event costs at most one
 heartbeat period, never a match. Where inotify cannot be had (no ctypes or libc, not Linux, the
 per-user instance limit, GPUOPS_AGENT_NO_INOTIFY=1, a kernel that never delivers its events) the
 wait is the old poll: it returns every POLL seconds and the caller reads as before.
@@ -39,6 +40,8 @@ _HEAD = struct.Struct("iIII")
 #: Timeouts in a row after which the watched file had grown though no event came: inotify is no use here.
 MISSES_TO_POLL = 3
 NO_INOTIFY_ENV = "GPUOPS_AGENT_NO_INOTIFY"
+#: Descriptors can be waited on for a hangup alone (poll(); select() would also wake on typed input).
+HANGUPS = hasattr(select, "poll")
 
 
 def _libc() -> Optional[object]:
@@ -67,6 +70,9 @@ class Waker:
         self.watches: Dict[int, Optional[str]] = {}  # watch descriptor -> file name (None: the directory)
         self.misses = 0
         self.timed_out = False  # the last wait ended by its timeout
+        #: Since the last wait began, something other than the watched files may have changed (a record
+        #: appeared or went, the wait timed out, or the wait polls and cannot tell): look at the records.
+        self.records = True
         self.last_change = 0.0  # monotonic: when a wait last returned for a changed file
         self.why_poll = ""
         self.libc = _libc()
@@ -109,20 +115,23 @@ class Waker:
         self.watches[wd] = name
         return wd
 
-    def wait(self, timeout: float, fds: Sequence[int] = ()) -> List[int]:
-        """Block until a watched file changed, one of `fds` is readable, or `timeout` passed (poll mode: at
-        most POLL). The readable fds of `fds` (empty when a file changed or time ran out)."""
+    def wait(self, timeout: float, fds: Sequence[int] = (), hangups: Sequence[int] = ()) -> List[int]:
+        """Block until a watched file changed, one of `fds` is readable, one of `hangups` hung up, or
+        `timeout` passed (poll mode: at most POLL). Those of `fds` and `hangups` that are ready (empty when
+        a file changed or time ran out)."""
         self.timed_out = False
         if self.fd is None:
-            return [f for f in _select(list(fds), min(max(0.0, timeout), POLL)) if f in fds]
+            self.records = True
+            return _ready(list(fds), list(hangups), min(max(0.0, timeout), POLL))
+        self.records = False
         deadline = time.monotonic() + timeout
         while True:
-            ready = _select([self.fd, *fds], max(0.0, deadline - time.monotonic()))
+            ready = _ready([self.fd, *fds], list(hangups), max(0.0, deadline - time.monotonic()))
             theirs = [f for f in ready if f != self.fd]
             if theirs:
                 return theirs
             if not ready:
-                self.timed_out = True
+                self.timed_out = self.records = True
                 return []
             if self._drain():
                 self.misses = 0
@@ -146,6 +155,7 @@ class Waker:
         except BlockingIOError:
             return False
         except OSError:
+            self.records = True
             return True
         woke, pos = False, 0
         while pos + _HEAD.size <= len(data):
@@ -153,7 +163,7 @@ class Waker:
             name = data[pos + _HEAD.size: pos + _HEAD.size + size].split(b"\0", 1)[0].decode("utf-8", "replace")
             pos += _HEAD.size + size
             if mask & IN_Q_OVERFLOW:
-                woke = True
+                woke = self.records = True
                 continue
             if wd not in self.watches:
                 continue  # a watch given up already (the file moved away and its name is watched anew)
@@ -162,7 +172,7 @@ class Waker:
                 if name in self.files and mask & (IN_CREATE | IN_MOVED_TO):
                     self._add(name)
                 if name in self.files or (name not in self.quiet and not name.endswith(".tmp")):
-                    woke = True
+                    woke = self.records = True
                 continue
             woke = True  # a watched file changed
             if mask & IN_IGNORED:
@@ -191,11 +201,24 @@ class Waker:
         self.watches = {}
 
 
-def _select(fds: List[int], timeout: float) -> List[int]:
-    """The readable fds, or [] once timeout passed (a signal is no error)."""
+def _ready(fds: List[int], hangups: List[int], timeout: float) -> List[int]:
+    """The fds readable (or hung up) and the hangups hung up, or [] once timeout passed (a signal is no
+    error). Without poll() (not Linux), select() on fds alone."""
+    if not HANGUPS:
+        try:
+            return select.select(fds, [], [], timeout)[0]
+        except InterruptedError:
+            return []
+        except (OSError, ValueError):  # a descriptor that went away: the caller sees it on its next read
+            return list(fds)
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    for fd in hangups:
+        poller.register(fd, 0)  # POLLHUP, POLLERR and POLLNVAL are reported whatever is asked
     try:
-        return select.select(fds, [], [], timeout)[0]
+        return [fd for fd, _ in poller.poll(timeout * 1000.0)]
     except InterruptedError:
         return []
-    except (OSError, ValueError):  # a descriptor that went away: the caller sees it on its next read
-        return list(fds)
+    except (OSError, ValueError):
+        return fds + hangups

@@ -85,14 +85,15 @@ class Watchdog:
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
 
     # -- the log --------------------------------------------------------------------------
-    def read_log(self) -> bool:
-        """Feed what the log has beyond the offset to the matcher; True when bytes came."""
+    def read_log(self) -> int:
+        """Feed what the log has beyond the offset to the matcher; the bytes that came (fewer than READ:
+        the log's end was reached)."""
         data, why = self.log.read(READ)
         self.inode = self.log.inode
         if why:
             self.reset(why)
         if not data:
-            return False
+            return 0
         self.offset = self.log.offset
         self.stall.grew(time.monotonic())
         self.stall_said = False
@@ -102,7 +103,7 @@ class Watchdog:
         for measure in self.matcher.take_measures():
             self.quiet.measure(measure.rule, measure.value, now)
         self.after_feed()
-        return True
+        return len(data)
 
     def reset(self, why: str) -> None:
         self.offset, self.line = 0, 1
@@ -336,18 +337,26 @@ class Watchdog:
             got = self.read_log()
             if got and self.waker.timed_out:
                 self.waker.missed()  # the log grew and no event said so
+            # Fewer bytes than asked for: the log's end. One pass per wake, then the wait (a write
+            # that lands after the read is an event the wait returns for at once).
+            at_end = got < READ
             now_m, now = time.monotonic(), time.time()
             self.check_stall(now_m)
             self.check_quiet(now, samples=bool(ready))
-            if now >= next_claim_check or not got:  # woken by a record (abort.json?), or every 0.25 s of log
+            # The records (abort.json, exit_code, the pane's end) are looked at when the wait says one
+            # may have changed (or it polls, or timed out), when the pane needs tmux, and every 0.25 s
+            # of a streaming log; a wake for a log line alone costs no look.
+            look = self.waker.records or bool(ready) or self.live.pid is None or self.status != "watching"
+            if (look if at_end else now >= next_claim_check):
                 next_claim_check = now + 0.25
                 self.check_claims()
             self.beat()
-            if not got and self.ended(now):
+            if at_end and look and self.ended(now):
                 self.finish()
                 return 0
-            if not got:
-                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds())
+            if at_end:
+                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds(), self.live.hangups())
+                self.live.saw(ready)
             else:
                 ready = []
 

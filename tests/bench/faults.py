@@ -20,18 +20,20 @@ def container_path(fake, bindir: Path, vmid: int = 200) -> None:
     fake.set_env(vmid, PATH=f"{bindir}:{BENCH_PATH}")
 
 
-def tmux_wrapper(bindir: Path, flag: Path, count: Path, *, stderr: str, code: int = 1, hang: float = 0) -> Path:
-    """A `tmux` earlier on PATH: while `flag` exists, `has-session` fails as a broken tmux does
-    (`stderr`, exit `code`, or hangs `hang` seconds), one line appended to `count` per call;
+def tmux_wrapper(bindir: Path, flag: Path, count: Path, *, stderr: str, code: int = 1, hang: float = 0,
+                 commands: tuple[str, ...] = ("has-session",)) -> Path:
+    """A `tmux` earlier on PATH: while `flag` exists, `commands` fail as a broken tmux does
+    (`stderr`, exit `code`, or hangs `hang` seconds), one line appended to `count` per has-session;
     anything else, and everything once `flag` is gone, is the real tmux."""
     real = shutil.which("tmux", path=BENCH_PATH)
     assert real, "no tmux on the bench"
     bindir.mkdir(parents=True, exist_ok=True)
     script = bindir / "tmux"
+    names = " ".join(commands)
     script.write_text(
         "#!/bin/bash\n"
-        f'if [ "$1" = has-session ] && [ -e {shlex.quote(str(flag))} ]; then\n'
-        f"  echo call >>{shlex.quote(str(count))}\n"
+        f'if [[ " {names} " == *" $1 "* ]] && [ -e {shlex.quote(str(flag))} ]; then\n'
+        f'  [ "$1" = has-session ] && echo call >>{shlex.quote(str(count))}\n'
         + (f"  sleep {hang:g}\n" if hang else "")
         + f"  echo {shlex.quote(stderr)} >&2; exit {code}\n"
         "fi\n"
