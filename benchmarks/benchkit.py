@@ -92,6 +92,20 @@ def cpu_times(pid: int) -> tuple[float, float] | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK, (int(fields[13]) + int(fields[14])) / CLK_TCK
 
 
+def run_seconds(pid: int) -> float | None:
+    """CPU seconds of a live process to the nanosecond (/proc/<pid>/schedstat: the scheduler's own
+    count), where utime + stime are sampled at each clock tick (10 ms: a process that uses 0.2% of a
+    core is charged 6 ticks or 8 in 30 s); ticks where there is no schedstat, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except FileNotFoundError:
+        times = cpu_times(pid)
+        return None if times is None else times[0]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a live process (/proc/<pid>/stat), None once it is gone."""
     times = cpu_times(pid)

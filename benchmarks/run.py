@@ -378,7 +378,7 @@ def main() -> int:
     ap.add_argument("--wd-mb", type=int, default=1000, help="wd-cpu: MB of log written at 20 MB/s")
     ap.add_argument("--guard-mb", type=int, default=256, help="guard: MiB of the scanned log")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="telemetry: seconds the idle run is measured")
-    ap.add_argument("--idle-cpu-seconds", type=float, default=30.0, help="wd-idle: seconds the idle watchdog is measured")
+    ap.add_argument("--idle-cpu-seconds", type=float, default=60.0, help="wd-idle: seconds the idle watchdog is measured")
     ap.add_argument("--days", type=int, default=3, help="telemetry: simulated days of samples")
     ap.add_argument("--seed", type=int, default=1, help="wd-kill: seed of the random race moments")
     ap.add_argument("--venv", action="store_true", help="run gpuops from a clean venv (benchmarks/out/venv), as users install it")

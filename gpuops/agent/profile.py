@@ -30,8 +30,6 @@ baseline search reads: an aborted attempt never is one.
 
 from __future__ import annotations
 
-import calendar
-import hashlib
 import json
 import os
 import time
@@ -49,6 +47,8 @@ _ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def _epoch(stamp: Any) -> float | None:
+    import calendar  # here, not above: it (and strptime) would cost a watchdog 0.6 MiB from its start
+
     try:
         return float(calendar.timegm(time.strptime(str(stamp), _ISO)))
     except (TypeError, ValueError):
@@ -97,7 +97,20 @@ def _gpu_figures(steady: Sequence[Sample]) -> Dict[str, Dict[str, Any]]:
 def run_digest(meta: Dict[str, Any]) -> str:
     """What makes two runs comparable: their command and env, as meta.json shows them (secrets masked)."""
     text = json.dumps({"command": meta.get("command"), "env": meta.get("env") or {}}, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+    return _sha256(text.encode("utf-8", "replace"))[:16]
+
+
+def _sha256(data: bytes) -> str:
+    """SHA-256 in hex from the interpreter's own implementation: hashlib loads OpenSSL, 3.7 MiB of a
+    watchdog's memory for the one digest it makes at its start. hashlib where there is none."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]  # Python >= 3.12
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef]  # Python <= 3.11
+        except ImportError:
+            from hashlib import sha256  # type: ignore[no-redef]
+    return sha256(data).hexdigest()
 
 
 def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
