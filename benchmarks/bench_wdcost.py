@@ -87,7 +87,7 @@ def bench_wd_cpu(args: Any) -> list[Row]:
             baseline_name="grep -E -c of the same bytes, same time", baseline=[100 * grep["cpu"] / wall],
             target="<= 10% of one core", met=100 * cpu / wall <= 10,
             note=f"{cpu:.2f} CPU s over {wall:.1f} s = {100 * cpu / wall:.1f}% of one core ({WINDOW:g} s windows above), "
-                 f"and {100 * kids / wall:.1f}% more in the commands it ran (tmux has-session every 0.5 s); "
+                 f"and {100 * kids / wall:.1f}% more in the commands it ran and reaped (tmux, nvidia-smi); "
                  f"the log grew {written:.1f} MB/s; the watchdog had read it all and recorded the end "
                  f"{lag:.2f} s after the trainer exited; "
                  f"grep {grep['cpu']:.2f} CPU s, cat {cat['cpu']:.2f} CPU s ({100 * cat['cpu'] / wall:.1f}%) for the same bytes"),
@@ -175,7 +175,7 @@ def bench_telemetry(args: Any) -> list[Row]:
             baseline_name="the same run, no GPUs sampled", baseline=[100 * cpu["wd0"]], target="<= 1% of one core",
             met=cpu["wd8"] <= 0.01,
             note=f"{cpu['samples']} samples ({cpu['bytes_per_sample']:.0f} bytes each in samples.jsonl); "
-                 f"the commands the watchdogs ran (tmux has-session every 0.5 s) {100 * cpu['wd8_kids']:.1f}% "
+                 f"the commands the watchdogs ran and reaped {100 * cpu['wd8_kids']:.1f}% "
                  f"/ {100 * cpu['wd0_kids']:.1f}% more; the nvidia-smi "
                  f"stand-in (Python, re-reading its JSON files each loop; not what the real tool costs) "
                  f"{100 * cpu['smi']:.2f}% of one core"),

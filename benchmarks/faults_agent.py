@@ -48,7 +48,7 @@ def _by(ct: Ct) -> str:
 
 def tmux_mismatch(ct: Ct) -> str:
     fg.test_a_failing_tmux_never_ends_a_healthy_run(ct, "protocol version mismatch (client 8, server 7)")
-    return "run alive through 6 failing has-session calls; " + _by(ct)
+    return "run alive through a restarted watchdog's failing tmux calls; " + _by(ct)
 
 
 def tmux_socket(ct: Ct) -> str:
