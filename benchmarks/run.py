@@ -1,6 +1,6 @@
 """Every gpuops benchmark on the real-sshd bench, each beside its baseline measured in the same run.
 
-    python3 benchmarks/run.py                 # all of them (about 7 minutes on 2 cores)
+    python3 benchmarks/run.py                 # all of them (about 14 minutes on 2 cores)
     python3 benchmarks/run.py startup status  # some of them: startup status abort follow scan
                                               #   wd-abort wd-cpu wd-kill guard telemetry faults compile-guard
                                               #   wd-idle wd-latency first-contact
