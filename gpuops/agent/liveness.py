@@ -13,8 +13,9 @@ says no such session, or no server answers and no process of the run is left); a
 pid that cannot be read or found keeps the run alive and the old twice-a-second tmux check runs
 until one is sure.
 
-tmux ends a pane only once every holder of its terminal closed it: the terminal is let go as soon
-as the pidfd says the pane process ended, and it is held only where there is a pidfd.
+A tmux may end a pane only once every holder of its terminal has closed it (3.3a does not wait):
+the terminal is let go as soon as the pidfd says the pane process ended, and it is held only where
+there is a pidfd, so no tmux is kept waiting.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ class Liveness:
 
     def forget(self) -> None:
         """The pid is of no more use (its process ended, or another attempt began): its pidfd and its
-        terminal are let go (tmux ends the pane only once no one holds its terminal)."""
+        terminal are let go (see above: no tmux waits on the terminal for us)."""
         _close(self.tty)
         _close(self.pidfd)
         self.tty = self.pidfd = None

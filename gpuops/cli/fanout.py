@@ -136,8 +136,10 @@ class Fanout:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {sig: signal.signal(sig, lambda signum, frame: self._signal(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) != signal.SIG_IGN:  # one ignored from the start (a background job) stays so
+                previous[sig] = signal.signal(sig, lambda signum, frame: self._signal(signum))
         try:
             yield
         finally:
