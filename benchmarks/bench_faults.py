@@ -28,10 +28,10 @@ from faults_agent import AGENT_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
-from gpuops.agent.detectors import DEFAULTS, Baseline, Detectors
-from gpuops.agent.history import runs as history
-from gpuops.agent.profile import keep_profile, pick_baseline, run_digest
-from gpuops.agent.telemetry import TelemetryLog
+from gpuops.agent.detect.detectors import DEFAULTS, Baseline, Detectors
+from gpuops.agent.run.history import runs as history
+from gpuops.agent.detect.profile import keep_profile, pick_baseline, run_digest
+from gpuops.agent.detect.telemetry import TelemetryLog
 
 Result = Tuple[str, bool]
 T0 = 1796120709.83

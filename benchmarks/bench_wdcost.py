@@ -20,7 +20,7 @@ from typing import Any
 from benchkit import Row, Site, children, cpu_times, rss_mib, wait_for
 from bench.watchdog import heartbeat, wait_watching
 from bench_scan import GREP_PATTERNS
-from gpuops.agent.telemetry import TelemetryLog
+from gpuops.agent.detect.telemetry import TelemetryLog
 
 RATE = 20_000_000
 WINDOW = 2.0  # seconds per CPU figure

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Union
 
-from gpuops.agent.masking import MASK
+from gpuops.agent.wire.masking import MASK
 
 #: For display: masks secrets a user spelled out inside a word, before the word is quoted
 #: (quoting changes the spelling of a value holding ', so masking after it would miss it).

@@ -105,7 +105,7 @@ def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
     """A marker is spelled in protocol.py and printed by a tool: one home for the wire protocol."""
     import re
 
-    from gpuops.agent import protocol
+    from gpuops.agent.wire import protocol
 
     printed: set[str] = set()
     for path in sorted((REPO / "gpuops").rglob("*")):
@@ -193,7 +193,7 @@ def _strings(path: Path) -> Iterator[tuple[int, str]]:
 
 
 #: The wire's own modules: the only ones that may read marker lines.
-_WIRE = {"protocol.py", "wire_marks.py", "wire_frames.py"}
+_WIRE = {"protocol.py", "marks.py", "frames.py"}
 
 
 def test_markers_are_parsed_only_by_the_protocol() -> None:
@@ -201,7 +201,7 @@ def test_markers_are_parsed_only_by_the_protocol() -> None:
     spells the marker prefix by hand (printing one goes through protocol.mark)."""
     found = []
     for path in sorted((REPO / "gpuops").rglob("*.py")):
-        if path.name in _WIRE and path.parent.name == "agent":
+        if path.name in _WIRE and path.parent.name == "wire":
             continue
         for line, text in _strings(path):
             if "@@gpuops" in text:
@@ -215,7 +215,7 @@ def test_markers_are_parsed_only_by_the_protocol() -> None:
 
 def test_the_follower_builds_every_frame_through_the_protocol() -> None:
     """No frame written by hand (b"E ...", b"T %d"): the builders in protocol are the one spelling."""
-    code = (TARGET / "follower.py").read_text()
+    code = (TARGET / "watch" / "follow.py").read_text()
     assert not re.search(r"""self\.w\(\s*b["']""", code)
     assert "end_frame(" in code and "truncated_frame(" in code and "rotated_frame(" in code
 

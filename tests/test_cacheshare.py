@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from bench import wait_until
-from gpuops.agent.cacheshare import CacheSharing
+from gpuops.agent.detect.cacheshare import CacheSharing
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-from gpuops.agent.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
-from gpuops.agent.profile import find_baseline, keep_profile
-from gpuops.agent.telemetry import TelemetryLog
-from gpuops.agent.throughput import Figures
+from gpuops.agent.detect.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
+from gpuops.agent.detect.profile import find_baseline, keep_profile
+from gpuops.agent.detect.telemetry import TelemetryLog
+from gpuops.agent.detect.throughput import Figures
 
 T0 = 1796120709.83
 COMPILED, EAGER, SLOWER = 505695.0, 98364.0, 470000.0

@@ -22,7 +22,7 @@ from bench.inventory import silent_host
 from gpuops.config.model import Host
 from gpuops.errors import UsageError
 from gpuops.transport import sshresolve
-from gpuops.transport.early import Early
+from gpuops.transport.head_start import Early
 
 
 class Conn:

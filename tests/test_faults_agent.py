@@ -56,7 +56,7 @@ def test_a_failing_tmux_never_ends_a_healthy_run(ct: Ct, said: str) -> None:
 
 
 def test_tmux_state_tells_a_gone_session_from_a_failing_tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuops.agent import tmux
+    from gpuops.agent.system import tmux
 
     flag, count = tmp_path / "flag", tmp_path / "count"
     flag.touch()

@@ -1,4 +1,4 @@
-"""The byte-offset follower against a real file through the real target follower (gpuops/agent/follower.py,
+"""The byte-offset follower against a real file through the real target follower (gpuops/agent/watch/follow.py,
 shipped to the target's ~/.gpuops/lib as a launch ships it; local transport)."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_a_follower_that_dies_at_once_is_an_error_not_a_reconnect_loop(run_dir: 
 def test_an_exit_code_file_created_but_not_yet_written_is_no_end(tmp_path: Path) -> None:
     """inotify wakes the follower between the file's creation and its write: that empty file must not
     end the follow with a garbled code (-1); a written one ends it with its code, a garbled one with -1."""
-    from gpuops.agent.follower import Follower
+    from gpuops.agent.watch.follow import Follower
 
     (tmp_path / "log").write_bytes(b"")
     follower = Follower(str(tmp_path), "s", 0, 0, 0, True)

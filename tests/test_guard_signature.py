@@ -1,11 +1,11 @@
-"""The compile guard's argument signature (gpuops/agent/guard/argkey.py): two calls get the same key
+"""The compile guard's argument signature (gpuops/agent/guard/call_signature.py): two calls get the same key
 exactly when dynamo would reuse the same compiled code for them (as far as the arguments say)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuops.agent.guard import argkey
+from gpuops.agent.guard import call_signature as argkey
 
 
 class Tensor:

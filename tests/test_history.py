@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuops.agent.history import runs
+from gpuops.agent.run.history import runs
 from gpuops.cli.runs_cmd import table
 
 

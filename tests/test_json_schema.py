@@ -31,7 +31,7 @@ def printed_schema() -> dict:
 
 
 def test_gpuops_schema_prints_a_draft_2020_12_schema_of_closed_versioned_events() -> None:
-    from gpuops.agent.protocol import SCHEMA_VERSION
+    from gpuops.agent.wire.protocol import SCHEMA_VERSION
 
     schema = printed_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"

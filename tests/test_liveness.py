@@ -49,8 +49,8 @@ def session_exists() -> bool:
 
 
 def watching(d: Path):  # noqa: ANN201 - (Liveness, Waker)
-    from gpuops.agent.liveness import Liveness
-    from gpuops.agent.wake import Waker
+    from gpuops.agent.run.liveness import Liveness
+    from gpuops.agent.system.filewatch import Waker
 
     live = Liveness(str(d), SESSION, RUN)
     assert not live.gone(0.0)  # learns the pane: one tmux call

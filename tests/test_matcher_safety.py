@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.masking import Masker
+from gpuops.agent.wire.masking import Masker
 from gpuops.agent.signatures import Matcher, builtin_rules, metric_rule, regex_rule
 from gpuops.agent.signatures.budget import Guard
 

@@ -7,11 +7,11 @@ import os
 import time
 from pathlib import Path
 
-from gpuops.agent.detectors import Baseline
-from gpuops.agent.profile import (baseline_from_config, build_profile, find_baseline, keep_profile,
+from gpuops.agent.detect.detectors import Baseline
+from gpuops.agent.detect.profile import (baseline_from_config, build_profile, find_baseline, keep_profile,
                                    pick_baseline, run_digest, weighted_median)
-from gpuops.agent.records import PROFILE, read_json
-from gpuops.agent.telemetry import TelemetryLog
+from gpuops.agent.wire.records import PROFILE, read_json
+from gpuops.agent.detect.telemetry import TelemetryLog
 
 START = "2026-12-01T10:25:00Z"
 T0 = 1796120700.0  # START as epoch seconds

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.config import inventory, playbook, restart, watch
+from gpuops.config import inventory, playbook, watch
+from gpuops.config import restart_keys as restart
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY_PAGE = ROOT / "docs" / "inventory.md"

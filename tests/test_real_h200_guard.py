@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuops.agent.watchcfg import build_matcher
+from gpuops.agent.watch.ruleset import build_matcher
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "guard"
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gpuops.agent.detectors import Detectors
-from gpuops.agent.profile import baseline_from_profile
-from gpuops.agent.stall import StallClock
-from gpuops.agent.telemetry import parse_lines
-from gpuops.agent.watchcfg import build_matcher, stall_config
+from gpuops.agent.detect.detectors import Detectors
+from gpuops.agent.detect.profile import baseline_from_profile
+from gpuops.agent.watch.stall import StallClock
+from gpuops.agent.detect.telemetry import parse_lines
+from gpuops.agent.watch.ruleset import build_matcher, stall_config
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "watchdog"
 DETECTORS = {"throughput-drop", "gpu-memory-shift", "gpu-memory-volatile", "compile-after-warmup"}

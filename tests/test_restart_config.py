@@ -82,7 +82,7 @@ def test_a_bad_restart_section_exits_2_through_validate(tmp_path: Path) -> None:
 def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guard_and_restarts_on() -> None:
     import re
 
-    from gpuops.agent import detectors
+    from gpuops.agent.detect import detectors
     from gpuops.agent.signatures.rules import advice
 
     for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), detectors.EAGER_ADVICE, detectors.COMPILE_ADVICE):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuops.agent import restarts
-from gpuops.agent.profile import find_baseline, keep_profile
-from gpuops.agent.records import write_json_atomic
-from gpuops.agent.telemetry import TelemetryLog
+from gpuops.agent.run import restart as restarts
+from gpuops.agent.detect.profile import find_baseline, keep_profile
+from gpuops.agent.wire.records import write_json_atomic
+from gpuops.agent.detect.telemetry import TelemetryLog
 from test_profile import COMPILED, EAGER, T0, make_run
 
 CFG = {"restart": {"max": 2, "on": ["throughput-drop", "fx-tracing-race"], "delay": 0}}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.client import gpus
-from gpuops.agent import smi
-from gpuops.agent.smi import SmiError, parse_gpus, parse_sample, sample_argv
+from gpuops.agent.wire import smi
+from gpuops.agent.wire.smi import SmiError, parse_gpus, parse_sample, sample_argv
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "nvidia-smi.txt"
 

@@ -28,7 +28,7 @@ PROBE = textwrap.dedent(
     watched = ("paramiko", "yaml", "tenacity", "invoke", "importlib.metadata", "rich", "asyncio", "hyperscan",
                # what reading an inventory does not need: the playbook's model (and the agent defaults and
                # detectors it takes), the Ansible model, a thread pool for one target
-               "gpuops.config.playbook_model", "gpuops.agent.detectors", "gpuops.config.ansible.tree",
+               "gpuops.config.playbook_model", "gpuops.agent.detect.detectors", "gpuops.config.ansible.tree",
                "concurrent.futures")
     # A deferred stand-in (no __spec__) sits in sys.modules until first use: not imported.
     out = {"code": code, "imported": [m for m in watched if getattr(sys.modules.get(m), "__spec__", None)]}

@@ -1,4 +1,4 @@
-"""Each agent tool's reply, read by its one parser in gpuops/agent/protocol.py, on the tool's real output.
+"""Each agent tool's reply, read by its one parser in gpuops/agent/wire/protocol.py, on the tool's real output.
 
 The tools run here for real (bash, flock, the shipped package as `python3 -m gpuops.agent`); only
 nvidia-smi and pct are the bench's stand-ins.
@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from bench.fakes import FakeProxmox, make_root
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 from gpuops.transport.base import Result
 from gpuops.transport.pct import parse_pct_status
 
 REPO = Path(__file__).resolve().parents[1]
 SH = REPO / "gpuops" / "agent" / "sh"
+PCT_EXEC = REPO / "gpuops" / "transport" / "pct_exec.sh"
 RUN_ID = "20261201-101500-abc123"
 
 
@@ -150,7 +151,7 @@ def test_pct_exec_reply_is_none_in_a_running_container_and_pct_status_after_a_fa
     env = {**fake.env(None), "PATH": str(REPO / "tests" / "standins" / "bin") + ":" + fake.env(None)["PATH"]}
 
     def run(ct: str) -> str:
-        return subprocess.run(["bash", str(SH / "pct_exec.sh"), ct, "echo", "inside"], env=env, capture_output=True,
+        return subprocess.run(["bash", str(PCT_EXEC), ct, "echo", "inside"], env=env, capture_output=True,
                               text=True, timeout=60, cwd=fake.home(None)).stdout
 
     ran = run("200")
@@ -186,7 +187,7 @@ def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
     (None, {"reason": "match", "rule": "nccl-timeout"}, True, ("aborted", 7)),
 ])
 def test_the_one_outcome_mapping_gives_the_contract_exit_codes(exit_text, abort, alive, want) -> None:
-    from gpuops.agent.records import outcome
+    from gpuops.agent.wire.records import outcome
     from gpuops.errors import ExitCode
 
     state, code = outcome(exit_text, abort, alive)
@@ -218,10 +219,10 @@ def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json
 
 def test_watch_json_defaults_are_spelled_once() -> None:
     """The abort's grace, its signal, the stall timeout, the sample interval and the drain's memory
-    threshold come from gpuops/agent/watchfile.py; no other module spells them as a literal default."""
+    threshold come from gpuops/agent/wire/watchfile.py; no other module spells them as a literal default."""
     import re
 
-    from gpuops.agent import watchfile
+    from gpuops.agent.wire import watchfile
     from gpuops.config import playbook_model as model
 
     literals = [r"""["']grace["'],\s*30\b""", r"grace:\s*float\s*=\s*30", r"""["']signal["'],\s*["']INT""",

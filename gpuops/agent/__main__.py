@@ -6,14 +6,14 @@ import importlib
 import sys
 
 TOOLS = {
-    "follow": "follower",  # stream a run's log and watchdog events as frames
-    "prepare": "runfiles",  # create a run directory from a JSON spec on stdin
-    "record": "runfiles",  # rewrite one JSON record of a run, atomically
-    "start": "start",  # start the watchdog, then training in tmux
-    "abort": "abort",  # the one abort sequence (claim, signal, grace, kill, reap, drain)
-    "supervise": "supervise",  # keep a run's watchdog alive (daemon)
-    "watchdog": "watchdog",  # watch one run
-    "runs": "history",  # the run history of this target, as JSON lines
+    "follow": "watch.follow",  # stream a run's log and watchdog events as frames
+    "prepare": "run.prepare",  # create a run directory from a JSON spec on stdin
+    "record": "run.prepare",  # rewrite one JSON record of a run, atomically
+    "start": "run.start",  # start the watchdog, then training in tmux
+    "abort": "run.abort",  # the one abort sequence (claim, signal, grace, kill, reap, drain)
+    "supervise": "watch.supervise",  # keep a run's watchdog alive (daemon)
+    "watchdog": "watch.watchdog",  # watch one run
+    "runs": "run.history",  # the run history of this target, as JSON lines
 }
 
 

@@ -212,7 +212,7 @@ class Fanout:
             w.cost = item[2]
 
     def _error(self, name: str, exc: Carried) -> None:
-        from gpuops.cli.common import error_outcome
+        from gpuops.cli.options import error_outcome
 
         if self.report.path:
             self.report.suite(name).error(exc, exc.exit_code)
@@ -252,7 +252,7 @@ def _cost(job: Any) -> tuple[int, int]:
 
 def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:
     """In the forked worker: run the work for one target, relay everything, never return."""
-    from gpuops.cli.common import internal_error
+    from gpuops.cli.options import internal_error
 
     try:
         os.setpgid(0, 0)  # the terminal's Ctrl-C reaches the renderer, which passes it on exactly once

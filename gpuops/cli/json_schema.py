@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.agent.protocol import SCHEMA_VERSION, RunState
+from gpuops.agent.wire.protocol import SCHEMA_VERSION, RunState
 
 Schema = dict[str, Any]
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from gpuops.cli.targets import load_jobs
-from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
+from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode

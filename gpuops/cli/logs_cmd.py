@@ -8,9 +8,9 @@ import time
 from typing import Any, Iterator
 
 from gpuops.cli.targets import load_jobs
-from gpuops.cli.drive import drive, each_target, interrupted_abort, renderer
+from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
-from gpuops.cli.runpick import check_run_id, pick, recorded_outcome
+from gpuops.cli.which_run import check_run_id, pick, recorded_outcome
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, UsageError
 from gpuops.client.events import Event, Outcome

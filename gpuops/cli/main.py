@@ -8,7 +8,7 @@ import click
 
 from gpuops import __version__
 from gpuops.cli import complete
-from gpuops.cli.common import boundary, common_options
+from gpuops.cli.options import boundary, common_options
 from gpuops.cli.params import Seconds
 
 all_option = click.option("--all", "every", is_flag=True, help="Every target of the inventory.")
@@ -55,7 +55,7 @@ def main(quiet: bool) -> None:
     5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C,
     143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 3 > 2 > 124.
     """
-    from gpuops.cli import looks
+    from gpuops.cli import style as looks
 
     looks.QUIET = quiet
 

@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from gpuops.agent.protocol import SCHEMA_VERSION
-from gpuops.cli import looks
+from gpuops.agent.wire.protocol import SCHEMA_VERSION
+from gpuops.cli import style as looks
 from gpuops.client.events import Event, Outcome
 
 

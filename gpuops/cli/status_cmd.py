@@ -38,7 +38,7 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
                 return _code(results)
             time.sleep(watch_every)
     finally:
-        from gpuops.cli.common import report_cost
+        from gpuops.cli.options import report_cost
 
         report_cost(verbose, pool.transports())
         pool.close()
@@ -59,7 +59,7 @@ def _print(results: list[Any], as_json: bool) -> None:
         sys.stdout.flush()
         return
     if sys.stdout.isatty():
-        from gpuops.cli.looks import console
+        from gpuops.cli.style import console
 
         console().print(rich_view(results))
         return
@@ -73,7 +73,7 @@ def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float)
     from gpuops.client.status import gather
 
     results = gather(pool, inv, targets, sessions)
-    from gpuops.cli.looks import console
+    from gpuops.cli.style import console
 
     with Live(rich_view(results), refresh_per_second=4, screen=False, console=console()) as live:
         while True:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.cli.drive import drive, each_target, renderer
+from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.targets import load_jobs
 

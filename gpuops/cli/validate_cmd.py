@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpuops.cli import looks
+from gpuops.cli import style as looks
 from gpuops.errors import ExitCode, UsageError
 
 

@@ -1,11 +1,11 @@
-"""nvidia-smi queries and the one question that matters: is this GPU idle (parsing: gpuops.agent.smi)."""
+"""nvidia-smi queries and the one question that matters: is this GPU idle (parsing: gpuops.agent.wire.smi)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gpuops.command import Cmd
-from gpuops.agent.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
+from gpuops.agent.wire.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
 
 __all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "Finding", "Gpu", "Process", "SmiError",
            "check_idle", "parse_gpus"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gpuops.command import Cmd
 from gpuops.config.model import Inventory, Target
 from gpuops.config.playbook_model import Playbook
-from gpuops.agent.masking import Masker
+from gpuops.agent.wire.masking import Masker
 from gpuops.transport.base import Result, Stream, Transport
 
 

@@ -15,11 +15,11 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.preflight import LaunchLock, evaluate
 from gpuops.client.runspec import meta, prepare_spec
-from gpuops.client.shield import shielded
-from gpuops.client.warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
+from gpuops.client.uninterruptible import shielded
+from gpuops.client.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
 from gpuops.client.viewer import watch
 from gpuops.client.runs import dumps, new_run_id
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 
 
 def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:

@@ -1,6 +1,6 @@
 """How a followed run ended, read from its records on the target, whoever stopped it.
 
-The outcome and exit code come from gpuops.agent.records.outcome, the mapping the watchdog,
+The outcome and exit code come from gpuops.agent.wire.records.outcome, the mapping the watchdog,
 `status` and `runs` use too; this module only words it.
 """
 
@@ -13,7 +13,7 @@ from gpuops.errors import ExitCode
 from gpuops.client import tools
 from gpuops.client.events import Outcome
 from gpuops.client.job import Job
-from gpuops.agent.records import outcome as record_outcome
+from gpuops.agent.wire.records import outcome as record_outcome
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _SIGNALS = {129: "SIGHUP: its tmux session was killed", 130: "SIGINT", 137: "SIGKILL", 139: "SIGSEGV", 143: "SIGTERM"}

@@ -11,7 +11,7 @@ from gpuops.client.events import Event
 from gpuops.client.job import Job, holder_id
 from gpuops.client.gpus import Finding, check_idle
 from gpuops.client.probe import Probe, parse_probe
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 
 #: The oldest Python the target package runs on (tests/test_target_package.py proves it).
 OLDEST_PYTHON = (3, 8)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from gpuops.client.gpus import Gpu, SmiError, parse_gpus
 from gpuops.client.runs import RunInfo
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 
 # The probe itself is the shipped shell tool gpuops/agent/sh/probe.sh (gpuops.client.tools.probe).
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuops.agent import protocol as p
-from gpuops.agent.protocol import RunState
+from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire.protocol import RunState
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -105,7 +105,7 @@ class RunInfo:
 
     def outcome_code(self) -> int | None:
         """The exit code gpuops reports for this run once it has ended (the target's one mapping)."""
-        from gpuops.agent.records import outcome
+        from gpuops.agent.wire.records import outcome
 
         if self.abort is None and self.exit_code is None:
             return None

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from gpuops.agent import watchfile
+from gpuops.agent.wire import watchfile
 from gpuops.command import Secret, Script, export
 from gpuops.client.job import Job, holder_id
 from gpuops.client.runs import dumps

@@ -14,7 +14,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from gpuops.command import Cmd, Script, Word
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 
 _SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent")
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed, so the same files make the same bytes

@@ -1,4 +1,4 @@
-"""Stop a run from here: the target's one abort sequence (gpuops/agent/abort.py), through the transport.
+"""Stop a run from here: the target's one abort sequence (gpuops/agent/run/abort.py), through the transport.
 
 The first to claim a run's abort (the watchdog, this client, `gpuops stop`, `--timeout`) stops it;
 everyone else is told who did and waits for the end. The sequence runs on the target and survives
@@ -16,7 +16,7 @@ from gpuops.command import Cmd
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, HostKeyError
 from gpuops.client import tools
 from gpuops.client.job import Job
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 from gpuops.transport.base import Result
 
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection

@@ -1,7 +1,7 @@
 """Follow a run's log and its watchdog's events by byte offset on a raw channel; reconnect and resume
 without loss or repeats.
 
-The target side is gpuops/agent/follower.py; its frames are defined in gpuops/agent/protocol.py.
+The target side is gpuops/agent/watch/follow.py; its frames are defined in gpuops/agent/wire/protocol.py.
 No frame for `dead_after` seconds means a dead peer: the client reconnects and resumes from
 its offsets. A heartbeat's size is -1 while unknown and -2 while the log file is missing (its
 mtime is then the last growth seen, else when it was found missing); it also says how old the
@@ -18,7 +18,7 @@ import json
 
 from gpuops.command import Cmd
 from gpuops.errors import AuthError, ConnectError, GpuopsError, HostKeyError, RemoteError
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 
 @dataclass
 class Data:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuops.command import Cmd, Script, bash
 from gpuops.client.ship import python_tool, shell_tool
-from gpuops.agent.smi import sample_argv
+from gpuops.agent.wire.smi import sample_argv
 
 
 def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False, python: bool = True) -> Cmd:

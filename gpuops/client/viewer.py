@@ -18,8 +18,8 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.protocol import HEARTBEAT_STALE, WATCHDOG_RESTARTING as RESTARTING
-from gpuops.agent.stall import StallClock
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.watch.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
@@ -30,7 +30,7 @@ def build_matcher(job: Job, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
     from gpuops.client.runspec import watch_config
     from gpuops.client import accel
-    from gpuops.agent.watchcfg import build_matcher as build
+    from gpuops.agent.watch.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None
     return build(watch_config(job, "0"), start_offset, 1, job.mask, prefilter)

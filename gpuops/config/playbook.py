@@ -15,7 +15,7 @@ from gpuops.config.playbook_model import (
     Preflight,
     Warmup,
 )
-from gpuops.config.restart import parse_restart
+from gpuops.config.restart_keys import parse_restart
 from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError, Mark

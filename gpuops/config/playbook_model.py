@@ -1,5 +1,5 @@
 """The playbook as validated values (preflight, warmup, launch, watch, restart, abort): what the rest of gpuops
-reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/watchfile.py, spelled there once."""
+reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/wire/watchfile.py, spelled there once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpuops.agent import watchfile as wf
+from gpuops.agent.wire import watchfile as wf
 from gpuops.errors import Mark
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence as Seq
 
-from gpuops.agent import watchfile as wf
+from gpuops.agent.wire import watchfile as wf
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import CompileAfterWarmup, EnvVar, GpuMemory, RuleSpec, StallAuto, Throughput, Watch
 from gpuops.config.yamlpos import Mapping, Node, Scalar
@@ -197,7 +197,7 @@ def _gpu_memory(node: Node, sampling: tuple[float, Mark | None]) -> GpuMemory:
     return GpuMemory(**fields)  # type: ignore[arg-type]
 
 
-#: Each judging detector's default window (watch.json's defaults live in gpuops/agent/watchfile.py).
+#: Each judging detector's default window (watch.json's defaults live in gpuops/agent/wire/watchfile.py).
 _DEFAULT_WINDOW = {"watch.throughput": wf.THROUGHPUT["window"], "watch.gpu_memory": wf.GPU_MEMORY["window"]}
 
 

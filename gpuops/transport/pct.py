@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-import gpuops.agent
-from gpuops.agent import protocol as p
+from gpuops.agent.wire import protocol as p
 from gpuops.command import Cmd, Script
 from gpuops.errors import ContainerNotRunning
 from gpuops.transport.base import Result, Stream, Transport
@@ -102,8 +101,9 @@ def parse_pct_status(result: Result) -> str:
 
 
 def _pct_exec_program() -> str:
-    """The host-side program: the shipped, shellcheck-clean file sh/pct_exec.sh, sent as `bash -c`'s program."""
-    with open(os.path.join(os.path.dirname(gpuops.agent.__file__), "sh", "pct_exec.sh"), encoding="utf-8") as fh:
+    """The host-side program: the shellcheck-clean file pct_exec.sh beside this module, sent as `bash -c`'s program
+    (it runs on the Proxmox host, not in the container: it is the transport's, not the agent's)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pct_exec.sh"), encoding="utf-8") as fh:
         return fh.read()
 
 

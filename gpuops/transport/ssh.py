@@ -16,7 +16,7 @@ from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import HostSide, Result
-from gpuops.transport.early import Early
+from gpuops.transport.head_start import Early
 from gpuops.transport.sshchain import _Connection
 from gpuops.transport.sshplan import where as _where
 

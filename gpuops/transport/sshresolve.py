@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpuops.errors import SshFileError, UsageError, os_reason
-from gpuops.transport.early import Early
+from gpuops.transport.head_start import Early
 
 if TYPE_CHECKING:
     from gpuops.config.model import Host

@@ -17,7 +17,8 @@ import sys
 import threading
 from typing import Any, List
 
-from . import rwlock, tally
+from . import rwlock
+from . import counts
 
 #: Seconds a first call's backward may take to start before the other threads are let go anyway.
 WAIT = float(os.environ.get("GPUOPS_COMPILE_GUARD_BACKWARD_WAIT") or 300.0)
@@ -74,7 +75,7 @@ class Hold:
     def arm(self, nodes: List[Any]) -> None:
         for node in nodes:
             node.register_hook(self._ran)
-        tally.COUNTS.backward_holds += 1
+        counts.COUNTS.backward_holds += 1
         self._timer.start()
 
     def _ran(self, *_: Any) -> None:
@@ -96,7 +97,7 @@ class Hold:
             self.done = True
         self._timer.cancel()
         if timed_out:
-            tally.COUNTS.backward_timeouts += 1
+            counts.COUNTS.backward_timeouts += 1
         rwlock.release_exclusive(self.me, 0)
 
 

@@ -11,7 +11,10 @@ import sys
 import time
 from _thread import get_ident
 
-from . import argkey, backward, rwlock, tally
+from . import call_signature
+from . import backward
+from . import rwlock
+from . import counts
 
 _READERS, _BUSY, _WRITER = rwlock.READERS, rwlock.BUSY, rwlock.WRITER
 _skipped = [False]
@@ -32,8 +35,8 @@ def _first_call(compiled: object, seen: dict, key: object, args: tuple, kwargs: 
         start = time.monotonic()
         result = compiled(*args, **kwargs)  # type: ignore[operator]
         seen[key] = True
-        tally.COUNTS.serialized += 1
-        tally.COUNTS.first_call_s += time.monotonic() - start
+        counts.COUNTS.serialized += 1
+        counts.COUNTS.first_call_s += time.monotonic() - start
         # Not nested in a shared hold of ours: the lazy backward compile is kept exclusive too.
         kept = held == 0 and backward.hold_for_backward(me, result)
         return result
@@ -45,7 +48,7 @@ def _first_call(compiled: object, seen: dict, key: object, args: tuple, kwargs: 
 def guard_callable(compiled: object, grad_enabled: object, module: object = None) -> object:
     """A function calling `compiled` under the lock; `module`: whose `training` flag is part of the key."""
     seen: dict = {}
-    key_of, append, remove, busy = argkey.key_of, _READERS.append, _READERS.remove, _BUSY
+    key_of, append, remove, busy = call_signature.key_of, _READERS.append, _READERS.remove, _BUSY
     shared_slow, wake = rwlock.shared_slow, rwlock.wake
 
     # Two closures on purpose: a compiled call's hot path reads `module.training` only when there is
@@ -86,13 +89,13 @@ def guard_callable(compiled: object, grad_enabled: object, module: object = None
     if hasattr(compiled, "__dict__"):
         functools.update_wrapper(guarded, compiled)  # type: ignore[arg-type]
     guarded._gpuops_compile_guard = True  # type: ignore[attr-defined]
-    tally.COUNTS.compiled += 1
+    counts.COUNTS.compiled += 1
     return guarded
 
 
 #: The guard's own code (the two call wrappers included): dynamo's frame hook skips it, and still
 #: sees the frames the guard calls.
-CODES = [f.__code__ for f in (_first_call, argkey.key_of, argkey.one, argkey._kind, rwlock.shared_slow, rwlock.wake,
+CODES = [f.__code__ for f in (_first_call, call_signature.key_of, call_signature.one, call_signature._kind, rwlock.shared_slow, rwlock.wake,
                                rwlock.acquire_exclusive, rwlock.release_exclusive)]
 CODES += [c for c in guard_callable.__code__.co_consts if isinstance(c, type(guard_callable.__code__))]
 
@@ -118,7 +121,7 @@ def wrap(torch: object, model: object, result: object) -> object:
     if isinstance(result, module_type):
         forward = vars(result).get("forward")
         if forward is None:
-            tally.COUNTS.unguarded += 1
+            counts.COUNTS.unguarded += 1
             sys.stderr.write("gpuops compile guard: cannot guard a compiled %s (no instance forward); "
                              "its calls are not serialized\n" % type(result).__name__)
             return result
@@ -147,7 +150,7 @@ def make_compile(torch: object, original: object) -> object:
         result = original(model, *args, **kwargs)  # type: ignore[operator]
         if kwargs.get("disable"):
             return result
-        tally.start()
+        counts.start()
         return wrap(torch, model, result)
 
     compile._gpuops_compile_guard = True  # type: ignore[attr-defined]
@@ -159,7 +162,7 @@ def install(torch: object) -> None:
     original = getattr(torch, "compile", None)
     if original is None or getattr(original, "_gpuops_compile_guard", False):
         return
-    argkey.TENSOR[0] = getattr(torch, "Tensor", None)
-    if argkey.TENSOR[0] is not None:
-        argkey.KINDS[argkey.TENSOR[0]] = "t"
+    call_signature.TENSOR[0] = getattr(torch, "Tensor", None)
+    if call_signature.TENSOR[0] is not None:
+        call_signature.KINDS[call_signature.TENSOR[0]] = "t"
     torch.compile = make_compile(torch, original)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 
-from . import tally
+from . import counts
 
 #: Thread ids of the shared holders (one entry per hold; a thread may hold several, nested).
 READERS: list = []
@@ -35,8 +35,8 @@ def shared_slow(me: int) -> None:
             start = time.monotonic()
             while BUSY[0]:
                 _COND.wait()
-            tally.COUNTS.waits += 1
-            tally.COUNTS.waited += time.monotonic() - start
+            counts.COUNTS.waits += 1
+            counts.COUNTS.waited += time.monotonic() - start
         READERS.append(me)
 
 
@@ -58,8 +58,8 @@ def acquire_exclusive(me: int) -> int:
                 start = time.monotonic()
                 while WRITER[0] is not None or READERS:
                     _COND.wait()
-                tally.COUNTS.waits += 1
-                tally.COUNTS.waited += time.monotonic() - start
+                counts.COUNTS.waits += 1
+                counts.COUNTS.waited += time.monotonic() - start
         except BaseException:  # interrupted while waiting: leave the lock as we found it
             BUSY[0] -= 1
             READERS.extend([me] * held)

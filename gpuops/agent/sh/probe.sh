@@ -3,7 +3,7 @@
 # watchdog needs, and for each gpuops session its tmux session, launch lock and current run.
 # Usage: probe.sh [-s] [-n] [SESSION...]   (-s: also the tail of each run's GPU samples; -n: not python3's
 # version, which only preflight needs; no SESSION: all)
-# Prints marker lines (gpuops/agent/protocol.py MARKS) with raw sections between them.
+# Prints marker lines (gpuops/agent/wire/protocol.py MARKS) with raw sections between them.
 # Every process it starts costs the status that waits for it: bash builtins where they do the job.
 set -u
 G="$HOME/.gpuops"

@@ -24,10 +24,10 @@ import os
 import select
 from typing import List, Optional, Sequence
 
-from . import protocol as p
-from . import tmux
-from .procs import running
-from .wake import HANGUPS
+from ..wire import protocol as p
+from ..system import tmux
+from ..system.procs import running
+from ..system.filewatch import HANGUPS
 
 #: Seconds between tmux checks while nothing is known for sure (no pane pid yet, or it ended).
 CHECK_EVERY = 0.5

@@ -17,13 +17,13 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import protocol as p
-from . import tmux
-from . import watchfile
+from .. import SH
+from ..wire import protocol as p
+from ..system import tmux
+from ..wire import watchfile
 from .attempt import FOR_GOOD, current, due, ended_by, max_attempts, moved_on  # noqa: F401 - restarts' own words
-from .records import command_exit_code, outcome, read_json, read_text, write_json_atomic
+from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 POLL = 0.1
 def begin_next(d: str, cfg: Dict[str, Any], after: str, say: Callable[..., None]) -> Dict[str, Any]:
     """Attempt n ended by `after`: record attempt n+1 as waiting, say `restart`, keep attempt n's records."""
@@ -145,7 +145,7 @@ def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[D
     for gpu in gpus:
         command = substitute(str(warm.get("command") or ""), gpu)
         with open(os.devnull, "wb") as null:
-            proc = subprocess.Popen(["bash", os.path.join(HERE, "sh", "warmup.sh"), os.path.basename(d), str(gpu), command],
+            proc = subprocess.Popen(["bash", os.path.join(SH, "warmup.sh"), os.path.basename(d), str(gpu), command],
                                     stdin=subprocess.DEVNULL, stdout=null, stderr=null)
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:

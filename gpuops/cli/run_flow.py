@@ -21,7 +21,7 @@ def each_target(jobs: list[Any], work: Callable[[Any, Any], int], render: Any, r
                 verbose: bool, ordered: bool = False) -> int:
     """Run `work(job, renderer)` for every job: one here, as it always ran; several at once (cli/fanout.py),
     the exit code the worst of theirs. `ordered`: each target's output whole, one after another."""
-    from gpuops.cli.common import report_cost
+    from gpuops.cli.options import report_cost
 
     if len(jobs) == 1:
         try:

@@ -18,21 +18,21 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import protocol as p
-from . import restarts
-from . import watchfile
-from .abort import claim, claimer_dead, finish_orphan, reap, stop_run
+from ..wire import protocol as p
+from ..run import restart as restarts
+from ..wire import watchfile
+from ..run.abort import claim, claimer_dead, finish_orphan, reap, stop_run
 from .logfile import LogFile
-from .liveness import Liveness
-from .masking import Masker
-from .quiet import Quiet
-from .records import read_json
-from .runfiles import append_event
-from .signatures.rules import advice
+from ..run.liveness import Liveness
+from ..wire.masking import Masker
+from ..detect.quiet_failures import Quiet
+from ..wire.records import read_json
+from ..run.prepare import append_event
+from ..signatures.rules import advice
 from .stall import StallClock
-from .wake import Waker
-from .watchcfg import build_matcher, stall_config
-from .wdstate import EventLog, Pulse, _write_state
+from ..system.filewatch import Waker
+from .ruleset import build_matcher, stall_config
+from .heartbeat import EventLog, Pulse, _write_state
 
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.

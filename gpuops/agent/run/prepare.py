@@ -13,9 +13,9 @@ import os
 import sys
 from typing import Any, Dict
 
-from . import protocol as p
-from . import watchfile
-from .records import write_json_atomic
+from ..wire import protocol as p
+from ..wire import watchfile
+from ..wire.records import write_json_atomic
 
 #: The records `record` may rewrite (the others are written once, by their owners).
 REWRITABLE = (p.META,)

@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from .episodes import Episode, in_window, keep, moves
-from .signatures.rules import GUARD_HOWTO
-from .smi import GpuSample
+from ..signatures.rules import GUARD_HOWTO
+from ..wire.smi import GpuSample
+from ..wire.watchfile import DETECTOR_DEFAULTS
 from .throughput import median
 
 __all__ = [
@@ -44,14 +45,7 @@ CACHE_SHARED = "cache-shared"  # note: another run writes to this run's inductor
 RULES = (THROUGHPUT_DROP, MEMORY_SHIFT, MEMORY_VOLATILE, COMPILE_AFTER_WARMUP, NO_BASELINE, NO_THROUGHPUT, CACHE_SHARED)
 ABORT, WARN, NOTE = "abort", "warn", "note"
 
-#: The playbook keys' defaults; a section that is absent or None is off.
-DEFAULTS: Dict[str, Any] = {
-    "throughput": {"pattern": None, "min_ratio": 0.5, "baseline": "last", "settle": 60.0, "window": 30.0, "action": WARN},
-    "gpu_memory": {"max_ratio": 1.5, "max_swing_mib": 2048, "baseline": "last", "settle": 60.0, "window": 30.0,
-                   "action": WARN},
-    "compile_after_warmup": {"settle": 60.0, "window": 60.0, "action": WARN},
-    "sample_interval": 2.0,
-}
+DEFAULTS = DETECTOR_DEFAULTS  # the playbook keys' defaults, spelled once in watch.json's module
 MIN_FIGURES = 3  # a median of fewer figures is noise
 SWINGS = 3  # moves beyond max_swing_mib within a window that make memory volatile (one excursion is two)
 RECOMPILE_MARK = "Recompiling function"  # TORCH_LOGS=recompiles, torch 2.11

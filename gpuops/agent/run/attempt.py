@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from . import protocol as p
-from .records import command_exit_code, read_json, read_text
+from ..wire import protocol as p
+from ..wire.records import command_exit_code, read_json, read_text
 
 #: abort.json `by` values that end a run for good (never restarted).
 FOR_GOOD = ("stop", "timeout")

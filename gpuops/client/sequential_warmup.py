@@ -10,13 +10,13 @@ import re
 from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
 from gpuops.client.runs import dumps
 from gpuops.client.runspec import meta
-from gpuops.client.shield import shielded
+from gpuops.client.uninterruptible import shielded
 from gpuops.client import tools
 from gpuops.client.stop_call import reap
 from gpuops.client.events import Event
 from gpuops.client.job import Job
-from gpuops.agent import protocol as p
-from gpuops.agent.smi import SmiError, parse_sample
+from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire.smi import SmiError, parse_sample
 
 TAIL_LINES = 30
 #: Seconds an interrupted launch keeps trying to stop its warmup through a broken connection.

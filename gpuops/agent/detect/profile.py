@@ -36,8 +36,8 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .detectors import Baseline
-from .protocol import ATTEMPT, EVENTS
-from .records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
+from ..wire.protocol import ATTEMPT, EVENTS
+from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
 
 __all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile",

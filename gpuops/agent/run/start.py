@@ -14,13 +14,13 @@ import sys
 import time
 from typing import List
 
-from . import protocol as p
-from . import tmux
-from . import watchfile
-from .records import read_json, read_text
+from .. import LIB
+from .. import SH
+from ..wire import protocol as p
+from ..system import tmux
+from ..wire import watchfile
+from ..wire.records import read_json, read_text
 
-LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.dirname(os.path.abspath(__file__))
 #: How long the watchdog may take to start and write its first heartbeat (a loaded machine is slow).
 READY_TIMEOUT = 30.0
 
@@ -69,7 +69,7 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
 def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
-    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(HERE, "sh", "run.sh"), run_id])
+    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id])
     if started.returncode == 0:
         with open(os.path.join(d, p.STARTED), "w") as fh:
             fh.write("%.3f\n" % time.time())

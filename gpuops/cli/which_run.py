@@ -26,7 +26,7 @@ class Picked:
 
 def check_run_id(run_id: str) -> str:
     """Refuse what cannot be a run id before connecting (ids name folders on the target)."""
-    from gpuops.agent.protocol import check_run_id as check
+    from gpuops.agent.wire.protocol import check_run_id as check
 
     try:
         return check(run_id)

@@ -20,11 +20,11 @@ import sys
 import time
 from typing import Any, List, Optional
 
-from . import protocol as p
-from .records import read_json
-from .runfiles import append_event
+from .. import LIB
+from ..wire import protocol as p
+from ..wire.records import read_json
+from ..run.prepare import append_event
 
-LIB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Restart delays: quick after a kill; backing off (never past 4 s) while the watchdog keeps crashing.
 FIRST_DELAY, MAX_DELAY = 0.2, 4.0
 #: Give up after this many crashes in a row that each came within CRASH_WINDOW seconds of the start.

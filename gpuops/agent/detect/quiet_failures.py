@@ -14,16 +14,16 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from . import protocol as p
-from . import watchfile
-from .apps_loop import ProcessLoop
+from ..wire import protocol as p
+from ..wire import watchfile
+from .gpu_apps import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher, inductor_cache_dir
 from .detectors import Detectors, Finding
-from .procs import end_child
+from ..system.procs import end_child
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
-from .records import read_json
-from .smi import SmiError, parse_sample, sample_argv
+from ..wire.records import read_json
+from ..wire.smi import SmiError, parse_sample, sample_argv
 from .telemetry import TelemetryLog
 from .throughput import Figures, parse_figure
 
@@ -174,7 +174,7 @@ class Quiet:
 
     def measure(self, rule: str, value: str, now: float) -> None:
         """A figure the matcher read off the log."""
-        from .watchcfg import RECOMPILES, THROUGHPUT
+        from ..wire.watchfile import METRIC_RECOMPILES as RECOMPILES, METRIC_THROUGHPUT as THROUGHPUT
 
         if rule == THROUGHPUT:
             figure = parse_figure(value)

@@ -55,7 +55,7 @@ _started = [False]
 
 def path() -> str:
     """Where this process writes its counts; '' outside a gpuops run."""
-    from .. import protocol
+    from ..wire import protocol
 
     run_dir = os.environ.get("GPUOPS_RUN_DIR") or ""
     return os.path.join(run_dir, protocol.COMPILE_GUARD_COUNTS, "%d.json" % os.getpid()) if run_dir else ""

@@ -14,7 +14,7 @@ import os
 import subprocess
 from typing import Callable, Dict, List, Optional
 
-from .procs import end_child
+from ..system.procs import end_child
 
 #: Rows closer together than this (seconds) are one pass of the loop.
 GAP = 0.3

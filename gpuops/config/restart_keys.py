@@ -13,8 +13,8 @@ MAX_RESTARTS = 10
 
 def known_names(watch: Watch) -> tuple[str, ...]:
     """What `restart.on` may name: the built-in rules, the playbook's rules, the detectors, stall, failed."""
-    from gpuops.agent import detectors
-    from gpuops.agent.protocol import RESTART_FAILED, RESTART_STALL
+    from gpuops.agent.detect import detectors
+    from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
     from gpuops.agent.signatures.matcher import builtin_rules
 
     found = [r.name for r in builtin_rules()] + [r.name for r in watch.rules]
@@ -49,8 +49,8 @@ def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = 
 
 def _never_ends(name: str, watch: Watch) -> str | None:
     """Why this rule cannot end an attempt (it only warns, or it is off), or None."""
-    from gpuops.agent import detectors
-    from gpuops.agent.protocol import RESTART_FAILED, RESTART_STALL
+    from gpuops.agent.detect import detectors
+    from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
     from gpuops.agent.signatures.matcher import builtin_rules
 
     if name == RESTART_STALL:

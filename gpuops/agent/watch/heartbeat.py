@@ -12,8 +12,8 @@ import stat
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import protocol as p
-from .runfiles import append_event
+from ..wire import protocol as p
+from ..run.prepare import append_event
 
 #: Events a full disk keeps waiting to be written (the oldest beyond are dropped).
 MAX_PENDING = 1000

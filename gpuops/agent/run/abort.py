@@ -19,15 +19,15 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import protocol as p
-from . import tmux
+from .. import SH
+from ..wire import protocol as p
+from ..system import tmux
 from .attempt import current as current_attempt, due as restart_due, moved_on
-from . import watchfile
-from .procs import parents, run_of, running, started_at
-from .records import read_json, write_json_atomic
-from .smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
+from ..wire import watchfile
+from ..system.procs import parents, run_of, running, started_at
+from ..wire.records import read_json, write_json_atomic
+from ..wire.smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 DRAIN_TIMEOUT = 30.0
 POLL = 0.02
 #: An unreadable abort.json older than this, with nobody running the sequence, has a dead claimer.
@@ -53,7 +53,7 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
 
 def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
     """Kill what is left of the run (sh/kill_marked.sh); the pids that survived SIGKILL."""
-    out = subprocess.run(["bash", os.path.join(HERE, "sh", "kill_marked.sh"), run_id, "%g" % term_wait],
+    out = subprocess.run(["bash", os.path.join(SH, "kill_marked.sh"), run_id, "%g" % term_wait],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
     return p.parse_kill_marked(out)
 

@@ -13,8 +13,19 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
-from .detectors import DEFAULTS as DETECTOR_DEFAULTS  # the detectors' sections keep their defaults beside them
 from .records import read_json
+
+#: The detectors' playbook keys' defaults (a section absent or None is off); detectors.DEFAULTS is this.
+DETECTOR_DEFAULTS: Dict[str, Any] = {
+    "throughput": {"pattern": None, "min_ratio": 0.5, "baseline": "last", "settle": 60.0, "window": 30.0, "action": "warn"},
+    "gpu_memory": {"max_ratio": 1.5, "max_swing_mib": 2048, "baseline": "last", "settle": 60.0, "window": 30.0,
+                   "action": "warn"},
+    "compile_after_warmup": {"settle": 60.0, "window": 60.0, "action": "warn"},
+    "sample_interval": 2.0,
+}
+#: The metric rules watch.json may carry (their figures feed the detectors, they never abort).
+METRIC_THROUGHPUT = "throughput"
+METRIC_RECOMPILES = "recompiles"
 
 #: abort: the signal (a name without SIG) sent to the run first, and the seconds it gets to end.
 ABORT_SIGNAL = "INT"

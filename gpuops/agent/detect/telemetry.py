@@ -29,8 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .records import SAMPLES, SAMPLES_COARSE
-from .smi import GpuSample
+from ..wire.records import SAMPLES, SAMPLES_COARSE
+from ..wire.smi import GpuSample
 from .throughput import finite, median
 
 __all__ = ["Sample", "TelemetryLog", "encode", "parse_lines", "read_samples"]

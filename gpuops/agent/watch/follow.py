@@ -14,13 +14,13 @@ import threading
 import time
 from typing import BinaryIO, Optional
 
-from . import protocol as p
-from . import watchfile
-from .abort import claimer_dead, finish_orphan
+from ..wire import protocol as p
+from ..wire import watchfile
+from ..run.abort import claimer_dead, finish_orphan
 from .logfile import LogFile
-from .liveness import Liveness
-from .procs import running
-from .wake import Waker
+from ..run.liveness import Liveness
+from ..system.procs import running
+from ..system.filewatch import Waker
 
 #: Once the run ended, wait at most this long for a live watchdog to write its last records.
 WATCHDOG_GRACE = 15.0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import watchfile
-from .signatures import Matcher, Rule, builtin_rules, metric_rule, regex_rule
-from .signatures.budget import Guard
+from ..wire import watchfile
+from ..signatures import Matcher, Rule, builtin_rules, metric_rule, regex_rule
+from ..signatures.budget import Guard
 
-THROUGHPUT = "throughput"
-RECOMPILES = "recompiles"
+THROUGHPUT = watchfile.METRIC_THROUGHPUT
+RECOMPILES = watchfile.METRIC_RECOMPILES
 #: torch's TORCH_LOGS=recompiles line (REFERENCE.md): "[__recompiles] Recompiling function NAME in FILE"
 RECOMPILE_PATTERN = r"Recompiling function (\S+)"
 

@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from . import protocol as p
-from .profile import build_profile
-from .records import read_json
-from . import tmux
+from ..wire import protocol as p
+from ..detect.profile import build_profile
+from ..wire.records import read_json
+from ..system import tmux
 
 
 def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[str, Any]]:

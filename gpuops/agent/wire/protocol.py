@@ -1,6 +1,6 @@
 """The wire protocol between gpuops and its target: paths, record names, markers and frames.
 
-Both sides import this module (the client as ``gpuops.agent.protocol``, the target as
+Both sides import this module (the client as ``gpuops.agent.wire.protocol``, the target as
 ``gpuops_agent.protocol``), so a marker or a frame is spelled and parsed in one place.
 The shell tools in ``sh/`` print markers too; tests/test_agent_package.py checks that every
 marker they print is one of ``MARKS``.
@@ -12,11 +12,11 @@ import os
 from enum import Enum
 from typing import Optional
 
-from .wire_frames import (  # noqa: F401  (the wire's names, one import for both sides)
+from .frames import (  # noqa: F401  (the wire's names, one import for both sides)
     FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Frame, FrameReader,
     data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
 )
-from .wire_marks import (  # noqa: F401
+from .marks import (  # noqa: F401
     LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, AbortReply, LockReply, ProbeReply, ProbeRun,
     ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked, parse_lock, parse_pct_exec, parse_probe,
     parse_start, said_need_lib, said_stopped,

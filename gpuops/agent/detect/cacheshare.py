@@ -19,7 +19,7 @@ import os
 from typing import Dict, Iterable, List, Mapping, Set
 
 from .cachewatch import inductor_cache_dir
-from .protocol import RUN_ID_ENV, WATCH
+from ..wire.protocol import RUN_ID_ENV, WATCH
 
 __all__ = ["CacheSharing"]
 
