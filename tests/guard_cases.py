@@ -175,7 +175,7 @@ def main(name):
     guarded = getattr(torch.compile, "_gpuops_compile_guard", False)
     counts = None
     if guarded:
-        counts = sys.modules["_gpuops_agent.guard.tally"].COUNTS.as_record()
+        counts = sys.modules["_gpuops_agent.guard.counts"].COUNTS.as_record()
     print(json.dumps({"errors": errors, "guarded": guarded, "counts": counts, "torch": torch.__version__}))
 
 

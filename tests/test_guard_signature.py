@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.agent.guard import call_signature as argkey
+from gpuops.agent.guard import call_signature
 
 
 class Tensor:
@@ -33,12 +33,12 @@ def _contiguous(shape):
 
 @pytest.fixture(autouse=True)
 def tensor_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(argkey, "TENSOR", [Tensor])
-    monkeypatch.setattr(argkey, "KINDS", {**argkey.KINDS, Tensor: "t"})
+    monkeypatch.setattr(call_signature, "TENSOR", [Tensor])
+    monkeypatch.setattr(call_signature, "KINDS", {**call_signature.KINDS, Tensor: "t"})
 
 
 def key(*args, **kwargs):
-    return argkey.key_of(args, kwargs)
+    return call_signature.key_of(args, kwargs)
 
 
 T = Tensor((4, 32))  # read when a case runs (the fixture has made Tensor a tensor type by then)
