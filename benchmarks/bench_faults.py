@@ -110,10 +110,10 @@ def long_escaped_abort_line() -> Result:
         (d / "meta.json").write_text("{}")
         (d / "abort.json").write_text(json.dumps({"reason": "match", "rule": "boom", "by": "watchdog",
                                                   "line": "\x00" * 20000 + " BOOM"}))
-        from gpuops.client.probe import parse_probe
+        from gpuops.client.agent.replies import read_probe
         out = subprocess.run(["bash", str(ROOT / "gpuops" / "agent" / "sh" / "probe.sh"), "train"], capture_output=True,
                              text=True, env={"HOME": tmp, "PATH": "/usr/bin:/bin", "TMUX_TMPDIR": tmp}).stdout
-        run = parse_probe(out).sessions["train"].run
+        run = read_probe(out).sessions["train"].run
     rule = run.abort.get("rule") if run is not None else None
     return f"abort.json of {len(json.dumps(chr(0) * 20000)) // 1024} KiB: status says rule {rule!r}", rule == "boom"
 

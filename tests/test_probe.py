@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpuops.client.probe import parse_probe
+from gpuops.client.agent.replies import read_probe
 
 PROBE = Path(__file__).resolve().parent.parent / "gpuops" / "agent" / "sh" / "probe.sh"
 
@@ -41,7 +41,7 @@ def _make_run(home: Path, session: str, run_id: str, **files: str) -> None:
 
 
 def test_no_nvidia_smi_is_reported_not_failed(tmp_path: Path) -> None:
-    probe = parse_probe(_run_probe(tmp_path, ("train",)))
+    probe = read_probe(_run_probe(tmp_path, ("train",)))
     assert probe.smi == "absent"
     assert probe.gpus == []
     assert probe.now is not None
@@ -51,7 +51,7 @@ def test_no_nvidia_smi_is_reported_not_failed(tmp_path: Path) -> None:
 def test_reads_the_current_run_records(tmp_path: Path) -> None:
     meta = json.dumps({"id": "20261129-101500-abcdef", "playbook": "dflash-drafter", "phase": "running"})
     _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json=meta, log="step 1\nstep 2\n", exit_code="3\n")
-    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
     assert run is not None
     assert run.run_id == "20261129-101500-abcdef"
     assert run.meta["playbook"] == "dflash-drafter"
@@ -63,7 +63,7 @@ def test_reads_the_current_run_records(tmp_path: Path) -> None:
 def test_abort_record_decides_the_state(tmp_path: Path) -> None:
     abort = json.dumps({"reason": "match", "rule": "fx-tracing-race"})
     _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json="{}", log="", abort_json=abort)
-    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
     assert run.state == "aborted" and run.outcome_code() == 7
     assert run.as_json()["last_match"] == "fx-tracing-race"
 
@@ -71,7 +71,7 @@ def test_abort_record_decides_the_state(tmp_path: Path) -> None:
 def test_without_a_playbook_every_session_is_listed(tmp_path: Path) -> None:
     _make_run(tmp_path, "a", "20261129-101500-aaaaaa", meta_json="{}", log="")
     _make_run(tmp_path, "b", "20261129-101500-bbbbbb", meta_json="{}", log="")
-    assert set(parse_probe(_run_probe(tmp_path, None)).sessions) == {"a", "b"}
+    assert set(read_probe(_run_probe(tmp_path, None)).sessions) == {"a", "b"}
 
 
 def test_a_tampered_session_pointer_is_ignored_not_followed(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_a_tampered_session_pointer_is_ignored_not_followed(tmp_path: Path) -> N
     (tmp_path / ".gpuops" / "runs").mkdir(parents=True)
     (tmp_path / ".gpuops" / "sessions").mkdir(parents=True)
     (tmp_path / ".gpuops" / "sessions" / "train").write_text("../../victim\n")
-    state = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"]
+    state = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"]
     assert state.run is None
 
 
@@ -97,12 +97,12 @@ def test_reports_the_watchdog_and_the_tools_a_run_needs(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
-    probe = parse_probe(_run_probe(tmp_path, ("train",), path=f"{bindir}:/usr/bin:/bin"))
+    probe = read_probe(_run_probe(tmp_path, ("train",), path=f"{bindir}:/usr/bin:/bin"))
     assert probe.python == tuple(sys.version_info[:3])
     run = probe.sessions["train"].run
     assert run.watchdog["state"] == "watching" and run.watchdog_age is not None and run.watchdog_age > 1e6
     assert run.as_json()["watchdog"]["alive"] is False  # a heartbeat from 1970 is stale
-    assert parse_probe(_run_probe(tmp_path, ("train",), path=str(_bin_without_python(tmp_path)))).python is None
+    assert read_probe(_run_probe(tmp_path, ("train",), path=str(_bin_without_python(tmp_path)))).python is None
 
 
 def test_nvidia_smi_failure_is_an_error_state(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_nvidia_smi_failure_is_an_error_state(tmp_path: Path) -> None:
     smi = bindir / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n")
     smi.chmod(0o755)
-    probe = parse_probe(_run_probe(tmp_path, ("x",), path=f"{bindir}:/usr/bin:/bin"))
+    probe = read_probe(_run_probe(tmp_path, ("x",), path=f"{bindir}:/usr/bin:/bin"))
     assert probe.smi == "error" and "couldn't communicate" in (probe.smi_error or "")
 
 
@@ -122,7 +122,7 @@ def test_an_abort_record_holding_a_long_escaped_line_still_names_its_rule(tmp_pa
     abort = json.dumps({"reason": "match", "rule": "boom", "by": "watchdog", "line": line, "excerpt": line})
     assert len(abort) > 200_000
     _make_run(tmp_path, "train", "20261129-101500-abcdef", meta_json="{}", log="", abort_json=abort)
-    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
     assert run.abort["rule"] == "boom" and run.abort["by"] == "watchdog" and run.abort["line"] == line
     assert run.state == "aborted" and run.outcome_code() == 7
 
@@ -139,13 +139,13 @@ def test_a_launch_between_saying_running_and_making_the_session_is_still_launchi
     with open(locks / "train.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # the launch in progress holds its session's lock, as lock.sh does
         (locks / "train.holder").write_text("ops@laptop pid 4242\n")
-        run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+        run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
         assert run is not None and run.state == "warming" and run.alive
         # Once training's session was made, a missing session is a run that ended, lock or not.
         (tmp_path / ".gpuops" / "runs" / "20261129-101500-abcdef" / "started").write_text("1764583200.000\n")
-        run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+        run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
         assert run is not None and run.started and run.state == "lost"
     # And with no launch holding the lock, a run whose session is gone is lost, as before.
     (tmp_path / ".gpuops" / "runs" / "20261129-101500-abcdef" / "started").unlink()
-    run = parse_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
+    run = read_probe(_run_probe(tmp_path, ("train",))).sessions["train"].run
     assert run is not None and run.state == "lost"

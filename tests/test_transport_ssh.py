@@ -248,11 +248,10 @@ def test_run_with_state_gives_the_exec_and_the_container_state_in_one_trip(local
     local_proxmox.stop_container(200)
     assert ct.run_with_state(Cmd("true"), timeout=30)[1] == ct.container_state(timeout=30) == "stopped"
     assert PctTransport(host, 4242).container_state(timeout=30) == "missing"
-    # a host is no container: no state, nothing to raise, whatever pct-like words it prints
-    assert host.run_with_state(Cmd("echo", "ok"), timeout=30)[1] is None and host.container_state(timeout=30) is None
-    host.raise_for_container("CT 200 not running")
+    # a host is no container: it has no container questions to answer; a container answers them itself
+    assert host.container is None and ct.container is ct
     with pytest.raises(ContainerNotRunning, match="container 200 is not running"):
-        ct.raise_for_container("CT 200 not running")
+        ct.container.raise_for_container("CT 200 not running")
 
 
 # -- timeouts and failures --------------------------------------------------------------------

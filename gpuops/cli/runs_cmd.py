@@ -14,12 +14,10 @@ def history(pool: Any, inventory: Any, target: Any, limit: int, playbook: str | 
             ) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs (of `playbook`: the target filters, then limits), or why they could not be read
     (one dead host never hides the others)."""
-    from gpuops.client.run_history import read_history
+    from gpuops.client.agent import Agent
 
     try:
-        transport = pool.target(target)
-        return read_history(transport, label=target.name, timeout=transport.command_timeout, limit=limit,
-                            playbook=playbook), None
+        return Agent(pool.target(target), label=target.name).runs(limit, playbook), None
     except GpuopsError as exc:
         return [], exc
 

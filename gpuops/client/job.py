@@ -1,4 +1,4 @@
-"""A job: one playbook on one target, with the transport to reach it."""
+"""A job: one playbook on one target, with the door to its agent."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
-from gpuops.command import Cmd
 from gpuops.config.model import Inventory, Target
 from gpuops.config.playbook_model import Playbook
 from gpuops.agent.wire.masking import Masker
-from gpuops.transport.base import Result, Stream, Transport
+from gpuops.client.agent import Agent
+from gpuops.transport.base import Transport
 
 
 @dataclass
@@ -21,7 +22,6 @@ class Job:
     playbook: Playbook
     target: Target
     transport: Transport
-    _lib_ok: bool = False
 
     @property
     def local(self) -> bool:
@@ -44,29 +44,10 @@ class Job:
             gpus += [g for g in self.playbook.warmup.gpus if g not in gpus]
         return tuple(gpus)
 
-    def run(self, cmd: Cmd, *, timeout: float | None = None, stdin: bytes | None = None) -> Result:
-        """Run a command; a target tool that finds gpuops' target files missing gets them, then runs again."""
-        from gpuops.client.remote import run_tool
-
-        from gpuops.client.ship import ToolCmd
-
-        result = run_tool(self.transport, cmd, timeout=timeout or self.timeout, label=self.target.name, stdin=stdin,
-                          mask=self.mask)
-        self._lib_ok = self._lib_ok or isinstance(cmd, ToolCmd)  # it ran: the files are there now
-        return result
-
-    def open(self, cmd: Cmd) -> Stream:
-        """Start a streaming target tool (its files are made sure of first: a stream cannot be re-run)."""
-        if not self._lib_ok:
-            self.install_lib()
-        return self.transport.open(cmd)
-
-    def install_lib(self) -> None:
-        """Copy gpuops' target package to the target unless its digest's folder is there already."""
-        from gpuops.client.ship import install
-
-        install(self.transport, timeout=max(self.timeout, 60.0), label=self.target.name, mask=self.mask)
-        self._lib_ok = True
+    @cached_property
+    def agent(self) -> Agent:
+        """The door to this target's agent: every tool a launch, a stop or a follow runs goes through it."""
+        return Agent(self.transport, label=self.target.name, mask=self.mask)
 
     @property
     def masker(self) -> Masker:

@@ -8,9 +8,9 @@ import time
 from typing import Any, Iterator
 
 from gpuops.command import Cmd
-from gpuops.errors import ConnectError, ExitCode, GpuopsError, RemoteError, RunAlive, RunStopped, TargetNotReady
-from gpuops.client import tools
-from gpuops.client.stop_call import abort_run, reap
+from gpuops.errors import ConnectError, ExitCode, GpuopsError, RunStopped
+from gpuops.client.agent import commands
+from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.preflight import LaunchLock, evaluate
@@ -75,24 +75,15 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
     yield from watch(job, run_id, deadline=deadline)
 
 
-def _check(job: Job, result: Any, what: str) -> None:
-    if result.exit_code != 0:
-        raise RemoteError(f"{job.target.name}: could not {what} (exit {result.exit_code}): {job.mask(result.err.strip())[-400:]}")
-
-
 def _prepare(job: Job, run_id: str) -> None:
     """The run directory, from one JSON document on stdin (env values of any size)."""
-    result = job.run(tools.prepare(run_id), stdin=prepare_spec(job, run_id))
-    if result.exit_code == 70:
-        raise TargetNotReady(f"{job.target.name}: {job.mask(result.err.strip())[-300:]}",
-                             hint="the run directory lives under ~/.gpuops in the target user's home: make it writable")
-    _check(job, result, "create the run directory")
+    job.agent.prepare(run_id, prepare_spec(job, run_id))
 
 
 def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: Any) -> None:
     """Rewrite meta.json with the launch's phase (best effort when the launch is failing anyway)."""
     try:
-        job.run(tools.record(run_id, p.META), stdin=dumps(meta(job, run_id, phase, **extra)).encode())
+        job.agent.record(run_id, p.META, meta(job, run_id, phase, **extra))
     except GpuopsError:
         if not quiet:
             raise
@@ -101,25 +92,13 @@ def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: 
 def _start(job: Job, run_id: str, durations: dict[str, float]) -> None:
     """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
     _record(job, run_id, "running", warmup_seconds=durations)
-    result = job.run(tools.start(run_id), timeout=max(job.timeout, 90.0))
-    said = p.parse_start(result.out)
-    target = job.target.name
-    if said.stopped:
-        raise RunStopped(f"{target}: the launch was stopped by `gpuops stop` before training started")
-    if said.session_exists:
-        raise RunAlive(f"{target}: tmux session '{job.session}' appeared during the launch", hint="see `gpuops status`")
-    if said.watchdog_failed is not None:
-        raise TargetNotReady(f"{target}: the watchdog could not start, so training was not started: "
-                             f"{job.mask(said.watchdog_failed)}", hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
-    if not said.started:
-        _check(job, result, "start the tmux session")
-        raise RemoteError(f"{target}: the tmux session '{job.session}' did not start: {job.mask(result.err.strip())[-400:]}")
+    job.agent.start(run_id, job.session)
 
 
 def plan(job: Job) -> list[tuple[str, str, str | None]]:
     """Every command a launch would send, rendered exactly (secrets masked), with what goes on its stdin:
     (step, command, stdin or None)."""
-    from gpuops.client.ship import bundle, install_command
+    from gpuops.client.agent.bundle import bundle, install_command
 
     rid = "00000000-000000-000000"
 
@@ -135,22 +114,22 @@ def plan(job: Job) -> list[tuple[str, str, str | None]]:
     steps: list[tuple[str, str, str | None]] = [
         ("copy gpuops' target files, only when the target lacks them", show(install_command()),
          f"<a {len(b.zip)}-byte zip of gpuops/agent (digest {b.digest})>"),
-        ("preflight (lock + probe, one round trip)", show(tools.lock(job.session, "<user@machine pid N>", job.run_gpus)),
+        ("preflight (lock + probe, one round trip)", show(commands.lock(job.session, "<user@machine pid N>", job.run_gpus)),
          "<a heartbeat line every 5 s, then `release`>"),
-        ("create the run directory", show(tools.prepare(rid)), prepare_spec(job, rid, shown=True).decode()),
+        ("create the run directory", show(commands.prepare(rid)), prepare_spec(job, rid, shown=True).decode()),
     ]
     if job.playbook.warmup:
         for gpu in job.playbook.warmup.gpus:
-            cmd = tools.warmup(rid, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+            cmd = commands.warmup(rid, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
             steps.append((f"warmup GPU {gpu}", show(cmd), None))
-            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", show(tools.gpu_memory((gpu,))), None))
+            steps.append((f"after warmup GPU {gpu}: poll its memory until it drains", show(commands.gpu_memory((gpu,))), None))
     steps += [
-        ("record the phase", show(tools.record(rid, p.META)), shown(running)),
-        ("start the watchdog, then training in tmux", show(tools.start(rid)), None),
-        ("follow the log and the watchdog's events", show(tools.follow(rid, job.session, 0, 0, -1, False, 0)), None),
-        ("stop the run: a match or a stall while its watchdog is gone, or --timeout", show(tools.abort(rid, "client")),
+        ("record the phase", show(commands.record(rid, p.META)), shown(running)),
+        ("start the watchdog, then training in tmux", show(commands.start(rid)), None),
+        ("follow the log and the watchdog's events", show(commands.follow(rid, job.session, 0, 0, -1, False, 0)), None),
+        ("stop the run: a match or a stall while its watchdog is gone, or --timeout", show(commands.abort(rid, "client")),
          shown(record)),
-        ("after a run its watchdog did not see end: reap leftover processes", show(tools.reap(rid)), None),
+        ("after a run its watchdog did not see end: reap leftover processes", show(commands.kill_marked(rid)), None),
     ]
     return [(name, text.replace(rid, "<run-id>"), None if data is None else data.replace(rid, "<run-id>"))
             for name, text, data in steps]
@@ -164,13 +143,13 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     info = state.run if state is not None else None
     if state is not None and info is None and state.alive:
         yield Event("abort_start", job.target.name, None, {"reason": "stop", "by": "stop"})
-        job.run(Cmd("tmux", "kill-session", "-t", f"={job.session}"))
+        job.agent.kill_session(job.session)
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
     state_alive = info is not None and info.alive  # warming and restarting count: a stop ends them for good
     if info is None or not state_alive:
         if info is not None:
-            reap(job, info.run_id, persistent=False)
+            job.agent.kill_marked(info.run_id, persistent=False)
         yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}",
                       {"run": info.run_id if info else None})
         return

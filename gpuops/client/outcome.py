@@ -10,7 +10,6 @@ import re
 from typing import Any
 
 from gpuops.errors import ExitCode
-from gpuops.client import tools
 from gpuops.client.events import Outcome
 from gpuops.client.job import Job
 from gpuops.agent.wire.records import outcome as record_outcome
@@ -31,12 +30,7 @@ def last_line(tail: bytes, job: Job) -> str | None:
 
 def session_state(job: Job) -> Any:
     """The playbook's session on the target and its current run, as the probe reads them."""
-    from gpuops.client.probe import parse_probe
-
-    result = job.run(tools.probe((job.session,)))
-    if result.exit_code != 0:
-        job.transport.raise_for_container(result.err)
-    return parse_probe(result.out).sessions.get(job.session)
+    return job.agent.probe((job.session,)).sessions.get(job.session)
 
 
 def run_info(job: Job, run_id: str) -> Any:

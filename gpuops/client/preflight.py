@@ -5,13 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
-from gpuops.errors import PreflightFailed, RemoteError, RunAlive, TargetNotReady
-from gpuops.client import tools
+from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
+from gpuops.client.agent.channels import LockChannel
+from gpuops.client.agent.replies import Probe
 from gpuops.client.events import Event
 from gpuops.client.job import Job, holder_id
 from gpuops.client.gpus import Finding, check_idle
-from gpuops.client.probe import Probe, parse_probe
-from gpuops.agent.wire import protocol as p
 
 #: The oldest Python the target package runs on (tests/test_target_package.py proves it).
 OLDEST_PYTHON = (3, 8)
@@ -35,7 +34,7 @@ class LaunchLock:
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self._stream = None
+        self._channel: LockChannel | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stale_holder: str | None = None
@@ -46,9 +45,9 @@ class LaunchLock:
         raise RunAlive when another launch or run holds one."""
         job = self.job
         self.holder = holder_id()
-        self._stream = job.open(tools.lock(job.session, self.holder, job.run_gpus))
-        text = self._read_until_locked()
-        said = p.parse_lock(text)
+        self._channel = job.agent.lock(job.session, self.holder, job.run_gpus)
+        locked = self._channel.wait_locked(job.timeout)
+        said = locked.said
         if said.busy is not None:
             self.release()
             raise RunAlive(
@@ -62,55 +61,25 @@ class LaunchLock:
                 f"{job.target.name}: GPU {gpu} belongs to another {holder}",
                 hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
             )
+        assert locked.probe is not None
         self.stale_holder = said.stale
         self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
         self._thread.start()
-        return parse_probe(text)
-
-    def _read_until_locked(self) -> str:
-        assert self._stream is not None
-        buf = b""
-        while p.LOCKED_OK_LINE not in buf:
-            chunk = self._stream.read(self.job.timeout)
-            if chunk is None or chunk == b"":
-                code = self._stream.wait(5.0)
-                self._stream.close()
-                self._stream = None
-                text = buf.decode("utf-8", "replace")
-                if p.parse_lock(text).refused:
-                    return text
-                self.job.transport.raise_for_container(text)
-                if code == 70:  # lock.sh could not make ~/.gpuops: no run could be recorded there
-                    raise TargetNotReady(f"{self.job.target.name}: cannot create gpuops' folders under ~/.gpuops on the "
-                                         f"target: {text.strip()[-300:]}", hint="the target user's home must be writable")
-                raise RemoteError(
-                    f"{self.job.target.name}: could not take the launch lock (exit {code}): {text.strip()[-400:] or 'no output'}",
-                    hint="the target needs bash, flock (util-linux) and a writable home directory",
-                )
-            buf += chunk
-        return buf.decode("utf-8", "replace")
+        return locked.probe
 
     def _beat(self) -> None:
         while not self._stop.wait(5.0):
             try:
-                if self._stream is not None:
-                    self._stream.write(b"\n")
+                if self._channel is not None:
+                    self._channel.beat()
             except Exception:  # a broken stream ends the lock on the target: nothing to do here
                 return
 
     def release(self) -> None:
         self._stop.set()
-        if self._stream is not None:
-            lost = False
-            try:
-                self._stream.write(b"release\n")  # else the target takes us for a launcher that died
-                self._stream.close_stdin()
-                self._stream.wait(5.0)
-                lost = self._stream.connection_lost()
-            except Exception:  # releasing over a dead connection: the target frees the lock by itself
-                lost = True
-            self._stream.close()
-            self._stream = None
+        if self._channel is not None:
+            lost = self._channel.release()
+            self._channel = None
             if lost and self.holder:
                 self._forget()
 
@@ -118,7 +87,7 @@ class LaunchLock:
         """The lock holder there ended with our connection: take our name off its files, so the next
         launch does not report a launcher that died (best effort, through a new connection)."""
         try:
-            self.job.run(tools.forget_lock(self.job.session, self.holder, self.job.run_gpus))
+            self.job.agent.forget_lock(self.job.session, self.holder, self.job.run_gpus)
         except Exception:  # the host is gone too: the next launch says it recovered the lock
             pass
 

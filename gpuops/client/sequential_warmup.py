@@ -8,15 +8,11 @@ from typing import Iterator
 import re
 
 from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
-from gpuops.client.runs import dumps
 from gpuops.client.runspec import meta
 from gpuops.client.uninterruptible import shielded
-from gpuops.client import tools
-from gpuops.client.stop_call import reap
 from gpuops.client.events import Event
 from gpuops.client.job import Job
 from gpuops.agent.wire import protocol as p
-from gpuops.agent.wire.smi import SmiError, parse_sample
 
 TAIL_LINES = 30
 #: Seconds an interrupted launch keeps trying to stop its warmup through a broken connection.
@@ -30,11 +26,6 @@ class WarmupConnectionLost(ConnectError):
 def render_warmup_command(template: str, gpu: int) -> str:
     """Replace {gpu} in one left-to-right pass; {{ and }} are literal braces."""
     return re.sub(r"\{\{|\}\}|\{gpu\}", lambda m: {"{{": "{", "}}": "}"}.get(m.group(0), str(gpu)), template)
-
-
-def warmup_command(job: Job, run_id: str, gpu: int):
-    assert job.playbook.warmup is not None
-    return tools.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
 
 
 class WarmupError(WarmupFailed):
@@ -69,42 +60,36 @@ def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iter
 
 
 def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
-    stream = job.open(warmup_command(job, run_id, gpu))
+    assert job.playbook.warmup is not None
+    warmup = job.agent.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
     deadline = time.monotonic() + timeout
-    pending = b""
     code: int | None = None
-    stopped = False
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            chunk = stream.read(min(left, 1.0))
-            if chunk is None:
-                continue
-            if chunk == b"":
-                code = stream.wait(min(max(left, 0.1), 30.0))
+            lines = warmup.lines(min(left, 1.0))
+            if warmup.ended:
+                code = warmup.wait(min(max(left, 0.1), 30.0))
                 break
-            pending += chunk
-            *lines, pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-            for raw in lines:
-                if p.said_stopped(raw):
-                    stopped = True
-                    continue
-                line = job.mask(raw.decode("utf-8", "replace"))
+            for raw in lines or ():
+                line = job.mask(raw)
                 tail.append(line)
                 del tail[:-TAIL_LINES]
                 yield Event("warmup_output", job.target.name, run_id, {"gpu": gpu, "line": line})
-        if pending:
-            tail.append(job.mask(pending.decode("utf-8", "replace")))
-        lost = code is not None and code < 0 and stream.connection_lost()
+        rest = warmup.rest()
+        if rest:
+            tail.append(job.mask(rest))
+        lost = code is not None and code < 0 and warmup.connection_lost()
     finally:
-        stream.close()
+        warmup.close()
+    stopped = warmup.stopped
     if code == 0:
         return
     if lost:
         # Not the warmup's failure: the link dropped. Stop the warmup there (through a new connection).
-        reap(job, run_id)
+        job.agent.kill_marked(run_id)
         raise WarmupConnectionLost(
             job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
             "training was not started", hint="check the network to the host, then launch again")
@@ -121,11 +106,11 @@ def stop_warmup(job: Job, run_id: str, durations: dict[str, float]) -> None:
     a second Ctrl-C waits until it is done), and record the launch as interrupted (best effort)."""
     with shielded():
         try:
-            reap(job, run_id, budget=STOP_BUDGET)
+            job.agent.kill_marked(run_id, budget=STOP_BUDGET)
         except GpuopsError:
             pass  # the target is gone: nothing of the warmup is left to stop there
         try:
-            job.run(tools.record(run_id, p.META), stdin=dumps(meta(job, run_id, "interrupted", warmup_seconds=durations)).encode())
+            job.agent.record(run_id, p.META, meta(job, run_id, "interrupted", warmup_seconds=durations))
         except GpuopsError:
             pass
 
@@ -137,7 +122,7 @@ def _kill(job: Job, run_id: str, gpu: int) -> None:
     target (another session) would be killed too. During warmup only warmup processes carry
     the run's id, so the run marker finds exactly this warmup (and children it detached).
     """
-    reap(job, run_id, persistent=False)
+    job.agent.kill_marked(run_id, persistent=False)
 
 
 def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
@@ -147,15 +132,12 @@ def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str
     used: int | None = None
     announced = False
     while True:
-        result = job.run(tools.gpu_memory((gpu,)))
-        if result.exit_code != 0:
-            if "not found" in result.err or result.exit_code == 127:
-                return  # no nvidia-smi on this target (the local demo): nothing to drain
-            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {result.err.strip()}", gpu, tail)
-        try:
-            used = parse_sample(result.out).get(gpu, (None, None))[0]
-        except SmiError as exc:
-            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {exc}", gpu, tail) from None
+        memory = job.agent.gpu_memory(gpu)
+        if memory.absent:
+            return  # no nvidia-smi on this target (the local demo): nothing to drain
+        if memory.error is not None:
+            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {memory.error}", gpu, tail)
+        used = memory.used_mib
         if used is None or used <= limit:
             return
         if time.monotonic() >= deadline:

@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 import threading
 from typing import Any, Iterator
 
-from gpuops.client import tools
-from gpuops.client.remote import run_tool_with_state
+from gpuops.client.agent import Agent
+from gpuops.client.agent.replies import Probe
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
-from gpuops.client.probe import Probe, parse_probe
 from gpuops.transport import Pool
 
 MAX_PARALLEL = 8
@@ -103,11 +102,8 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     started = time.monotonic()
     transport = pool.target(target)
     try:
-        result, status.container = run_tool_with_state(transport, tools.probe(sessions, samples=True, python=False),
-                                                       timeout=transport.command_timeout, label=target.name)
+        status.probe, status.container = Agent(transport, label=target.name).probe_with_state(sessions)
         status.reachable = True
-        if status.container in (None, "running"):
-            status.probe = parse_probe(result.out)
     except GpuopsError as exc:
         status.error = str(exc)
         status.error_code = exc.exit_code

@@ -12,51 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
-import json
-
-from gpuops.command import Cmd
+from gpuops.client.agent import Agent
+from gpuops.client.agent.channels import Closed, FollowChannel
+from gpuops.client.agent.replies import Data, Ended, Heartbeat, Reset, WatchdogEvent
 from gpuops.errors import AuthError, ConnectError, GpuopsError, HostKeyError, RemoteError
-from gpuops.agent.wire import protocol as p
 
-@dataclass
-class Data:
-    inode: int
-    offset: int
-    data: bytes
-
-
-@dataclass
-class Heartbeat:
-    now: float
-    size: int
-    mtime: float
-    watchdog_age: float = -1.0  # seconds since the watchdog's heartbeat; -1: it never wrote one
-    watchdog_offset: int = -1  # the log offset it has matched up to
-    watchdog_state: str = "-"  # watching | aborting | done
-
-
-@dataclass
-class WatchdogEvent:
-    """One line of the watchdog's events.jsonl (a match, an abort, a restart ...) and where it ends."""
-
-    offset: int
-    record: dict
-    end: int
-
-
-@dataclass
-class Ended:
-    how: str  # exit | abort | gone | once | container-stopped | container-missing
-    code: int | None
-
-
-@dataclass
-class Reset:
-    """The log was truncated or replaced: what follows starts at offset 0 of the new file."""
-
-    why: str
+__all__ = ["Data", "Ended", "FollowEvent", "Heartbeat", "LogFollower", "Reconnected", "Reconnecting", "Reset",
+           "WatchdogEvent"]
 
 
 @dataclass
@@ -70,44 +34,7 @@ class Reconnected:
     offset: int
 
 
-FollowEvent = Data | Heartbeat | WatchdogEvent | Ended | Reset | Reconnecting | Reconnected
-
-
-def follower_command(run_id: str, session: str, offset: int, inode: int, tail: int, once: bool,
-                     events_offset: int = 0) -> Cmd:
-    from gpuops.client import tools
-
-    return tools.follow(run_id, session, offset, inode, tail, once, events_offset)
-
-
-class _Frames:
-    """The follower's frames (protocol.FrameReader) as events."""
-
-    def __init__(self) -> None:
-        self.reader = p.FrameReader()
-
-    def feed(self, chunk: bytes) -> Iterator[FollowEvent]:
-        for kind, fields in self.reader.feed(chunk):
-            if kind == p.FRAME_DATA:
-                yield Data(*fields)
-            elif kind == p.FRAME_EVENTS:
-                offset, data = fields
-                for line in data.splitlines(keepends=True):
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        record = None
-                    if isinstance(record, dict):
-                        yield WatchdogEvent(offset, record, offset + len(line))
-                    offset += len(line)
-            elif kind == p.FRAME_HEARTBEAT:
-                yield Heartbeat(*fields)
-            elif kind == p.FRAME_END:
-                yield Ended(*fields)
-            elif kind == p.FRAME_TRUNCATED:
-                yield Reset("truncated")
-            elif kind == p.FRAME_ROTATED:
-                yield Reset("rotated")
+FollowEvent = Union[Data, Heartbeat, WatchdogEvent, Ended, Reset, Reconnecting, Reconnected]
 
 
 class LogFollower:
@@ -115,7 +42,7 @@ class LogFollower:
 
     def __init__(
         self,
-        transport,
+        agent: Agent,
         run_id: str,
         session: str,
         *,
@@ -125,9 +52,8 @@ class LogFollower:
         dead_after: float = 6.0,
         give_up_after: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
-        opener: Callable[[Cmd], object] | None = None,
     ) -> None:
-        self.transport = transport
+        self.agent = agent
         self.run_id = run_id
         self.session = session
         self.offset = offset
@@ -138,8 +64,7 @@ class LogFollower:
         self.dead_after = dead_after
         self.give_up_after = give_up_after
         self.clock = clock
-        self.opener = opener or transport.open
-        self._stream = None
+        self._stream: FollowChannel | None = None
         self.reconnects = 0
 
     def close(self) -> None:
@@ -151,8 +76,8 @@ class LogFollower:
             self._stream = None
 
     def _open(self) -> None:
-        cmd = follower_command(self.run_id, self.session, self.offset, self.inode, self.tail, self.once, self.events_offset)
-        self._stream = self.opener(cmd)
+        self._stream = self.agent.follow(self.run_id, self.session, self.offset, self.inode, self.tail, self.once,
+                                         self.events_offset)
         self.tail = -1  # only the first open starts from the tail
 
     def __iter__(self) -> Iterator[FollowEvent]:
@@ -180,13 +105,13 @@ class LogFollower:
                     failed_starts += 1
                     if failed_starts >= 3:  # the follower itself fails on the target: reconnecting cannot help
                         raise RemoteError(
-                            f"{self.transport.label}: the log follower on the target exited with code {exc.code} "
+                            f"{self.agent.label}: the log follower on the target exited with code {exc.code} "
                             f"before sending anything: {exc.noise or 'no output'}",
                             hint="the target needs python3 (gpuops' follower and watchdog run there)") from None
                 now = self.clock()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > self.give_up_after:
-                    raise ConnectError(self.transport.label, f"lost the connection and could not get it back in {self.give_up_after:g}s") from None
+                    raise ConnectError(self.agent.label, f"lost the connection and could not get it back in {self.give_up_after:g}s") from None
                 attempt += 1
                 yield Reconnecting(str(exc) or type(exc).__name__, attempt)
                 # Said first: when the host itself is down, this check waits out the connect retries.
@@ -197,7 +122,7 @@ class LogFollower:
                     return
                 time.sleep(min(5.0, 0.2 * (2 ** min(attempt, 5))))
                 try:
-                    self.transport.reconnect()
+                    self.agent.reconnect()
                 except (HostKeyError, AuthError):
                     raise
                 except GpuopsError as exc2:
@@ -207,31 +132,30 @@ class LogFollower:
     def _container_gone(self) -> str | None:
         """`stopped` or `missing` when the target is a container that no longer runs, else None."""
         try:
-            now = self.transport.container_state(timeout=30.0)
+            now = self.agent.container_state()
         except GpuopsError:  # the host is unreachable: the reconnect loop deals with that
             return None
         return now if now in ("stopped", "missing") else None
 
     def _pump(self) -> Iterator[FollowEvent]:
-        frames = _Frames()
         framed = False
         last = self.clock()
         assert self._stream is not None
         while True:
-            chunk = self._stream.read(0.5)
+            frames = self._stream.read(0.5)
             now = self.clock()
-            if chunk is None:
+            if frames is None:
                 if now - last > self.dead_after:
-                    raise _Dead(f"no word from {self.transport.label} for {self.dead_after:g}s")
+                    raise _Dead(f"no word from {self.agent.label} for {self.dead_after:g}s")
                 continue
-            if chunk == b"":
+            if isinstance(frames, Closed):
                 # An exit status means the connection is up and the follower itself ended (killed, or its
                 # container stopped); none (-1 from paramiko) means the connection dropped.
-                code = self._stream.wait(2.0)
+                code = frames.code
                 raise _Dead("the connection closed", closed=code is not None and code >= 0, code=code,
-                            framed=framed, noise=" | ".join(frames.reader.noise)[-300:])
+                            framed=framed, noise=frames.noise)
             last = now
-            for event in frames.feed(chunk):
+            for event in frames:
                 framed = True
                 if isinstance(event, Data):
                     if event.offset != self.offset and self.inode == event.inode:

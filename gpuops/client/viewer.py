@@ -13,7 +13,7 @@ import time
 from typing import Any, Iterator
 
 from gpuops.errors import ContainerNotRunning, ExitCode
-from gpuops.client.stop_call import AbortResult, abort_run, reap
+from gpuops.client.stop_call import AbortResult, abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.outcome import ended_outcome, last_line
@@ -221,7 +221,7 @@ class Viewer:
             yield from self.stop("match", self.first_abort)
             return
         try:
-            survivors = reap(self.job, self.run_id)
+            survivors = self.job.agent.kill_marked(self.run_id)
         except ContainerNotRunning:
             return
         if survivors:
@@ -250,7 +250,7 @@ def watch(
     once: bool = False,
 ) -> Iterator[Event | Outcome]:
     """Yield log, watchdog and match events; the last item is the Outcome."""
-    follower = LogFollower(job.transport, run_id, job.session, tail=tail, once=once, opener=job.open)
+    follower = LogFollower(job.agent, run_id, job.session, tail=tail, once=once)
     v = Viewer(job, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
     try:
         for ev in follower:

@@ -45,13 +45,31 @@ class Stream(Protocol):
         """Drop the stream; the remote command may live on (stop it explicitly)."""
 
 
+class Container(Protocol):
+    """What only a container target can answer (the pct transport): its state, and pct's words read."""
+
+    ctid: int
+
+    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str]:
+        """Run cmd and learn the container's state in the same round trip: (result, `running`) when it
+        ran there, else what `pct status` said then."""
+
+    def container_state(self, *, timeout: float) -> str:
+        """The container's state (`running`, `stopped`, `missing`, or pct's own words)."""
+
+    def raise_for_container(self, output: str) -> None:
+        """Raise ContainerNotRunning when output is pct saying the container is missing or stopped."""
+
+
 class Transport(Protocol):
     """How commands reach a target; implementations wrap one another (pct wraps ssh).
 
-    Everything a caller needs is here, container or not: a host answers the container
-    questions trivially (HostSide), so no caller asks which kind it holds."""
+    Everything a caller needs is here, container or not: `container` is the container's own
+    questions where the target is one, and None on a host (HostSide), so no caller asks which
+    kind of transport it holds."""
 
     label: str
+    container: Container | None
 
     @property
     def connections_made(self) -> int:
@@ -74,19 +92,8 @@ class Transport(Protocol):
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
         """Run to completion; raises CommandTimeout past timeout, ConnectError if unreachable."""
 
-    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
-        """Run cmd and learn the container's state in the same round trip: (result, None) on a host;
-        in a container (result, `running`) when it ran there, else what `pct status` said then."""
-
     def open(self, cmd: Cmd) -> Stream:
         """Start a command and return its live output stream."""
-
-    def container_state(self, *, timeout: float) -> str | None:
-        """A container's state (`running`, `stopped`, `missing`, or pct's own words); None on a host."""
-
-    def raise_for_container(self, output: str) -> None:
-        """Raise ContainerNotRunning when output is pct saying the container is missing or stopped;
-        a host never raises."""
 
     def connect_soon(self) -> None:
         """Start connecting in the background (a no-op where there is nothing to connect): the next
@@ -102,16 +109,6 @@ class Transport(Protocol):
 
 
 class HostSide:
-    """The container questions as a host answers them: it is no container, so nothing to report."""
+    """A transport to a host: it is no container, so it has no container questions to answer."""
 
-    def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
-        raise NotImplementedError
-
-    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
-        return self.run(cmd, timeout=timeout, stdin=stdin), None
-
-    def container_state(self, *, timeout: float) -> str | None:
-        return None
-
-    def raise_for_container(self, output: str) -> None:
-        return None
+    container: Container | None = None

@@ -16,12 +16,17 @@ _STOPPED = re.compile(r"Failed to get init pid|CT \d+ not running|container '?\d
 
 
 class PctTransport:
-    """Runs every command as `pct exec <ctid> -- argv` through the inner (host) transport."""
+    """Runs every command as `pct exec <ctid> -- argv` through the inner (host) transport; it is its own
+    `container` (Transport.container: the state and pct's words, which only a container has)."""
 
     def __init__(self, inner: Transport, ctid: int) -> None:
         self.inner = inner
         self.ctid = ctid
         self.label = f"{inner.label}/ct{ctid}"
+
+    @property
+    def container(self) -> "PctTransport":
+        return self
 
     def wrap(self, cmd: Cmd) -> Cmd:
         return self.inner.wrap(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
@@ -35,7 +40,7 @@ class PctTransport:
             self.raise_for_container(result.err)
         return result
 
-    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
+    def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str]:
         """One host script, as cheap as a raw `pct exec`: `pct status` runs only when the exec failed.
         The result is the exec's (its stderr merged into its stdout)."""
         result = self.inner.run(Cmd("bash", "-c", Script(_pct_exec_program()), "pct_exec", str(self.ctid), *cmd.argv),
@@ -45,7 +50,7 @@ class PctTransport:
     def open(self, cmd: Cmd) -> Stream:
         return self.inner.open(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
 
-    def container_state(self, *, timeout: float) -> str | None:
+    def container_state(self, *, timeout: float) -> str:
         """`running`, `stopped`, `missing`, or pct's own words when it says something else."""
         result = self.inner.run(Cmd("pct", "status", str(self.ctid)), timeout=timeout)
         return parse_pct_status(result)

@@ -55,7 +55,7 @@ def tool_prepare(argv: list) -> int:
         prepare(run_id, spec)
     except OSError as exc:
         sys.stderr.write("cannot create the run directory %s: %s\n" % (p.run_dir(run_id), exc.strerror or exc))
-        return 70
+        return p.CANNOT_CREATE_EXIT
     print(p.mark("prepared", run_id))
     return 0
 
@@ -70,7 +70,7 @@ def tool_record(argv: list) -> int:
         write_json_atomic(os.path.join(p.run_dir(run_id), name), record)
     except OSError as exc:
         sys.stderr.write("cannot write %s: %s\n" % (name, exc.strerror or exc))
-        return 70
+        return p.CANNOT_CREATE_EXIT
     print(p.mark("recorded", name))
     return 0
 

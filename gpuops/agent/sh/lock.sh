@@ -20,6 +20,7 @@ fi
 S=$1 HOLDER=$2
 shift 2
 HERE=$(dirname "${BASH_SOURCE[0]}")
+# 70: the home is not writable (protocol.CANNOT_CREATE_EXIT)
 mkdir -p "$G/locks" "$G/runs" "$G/sessions" || exit 70
 L="$G/locks/$S"
 exec 9>>"$L.lock" || exit 70

@@ -30,6 +30,11 @@ MARKS = frozenset({
 NEED_LIB_EXIT = 97
 #: Exit status of warmup.sh / start when `gpuops stop` ended the launch before training started.
 STOPPED_EXIT = 86
+#: Exit status of a tool that cannot create its folders or records under ~/.gpuops (lock.sh, prepare, record,
+#: the copy of gpuops' files): the target user's home is not writable.
+CANNOT_CREATE_EXIT = 70
+#: Exit status of the copy of gpuops' files when the zip could not be received or unpacked.
+UNPACK_FAILED_EXIT = 71
 
 
 def mark(key: str, value: str = "") -> str:

@@ -17,8 +17,8 @@ from .frames import (  # noqa: F401  (the wire's names, one import for both side
     data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
 )
 from .marks import (  # noqa: F401
-    LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, AbortReply, LockReply, ProbeReply, ProbeRun,
-    ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked, parse_lock, parse_pct_exec, parse_probe,
+    CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
+    LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked, parse_lock, parse_pct_exec, parse_probe,
     parse_start, said_need_lib, said_stopped,
 )
 

@@ -1,9 +1,10 @@
-"""The commands gpuops sends to a target, as values: each runs one shipped tool (gpuops/agent)."""
+"""The commands the door sends to a target, as values: each runs one shipped tool of gpuops/agent, named as
+that tool is (a dry run renders them too)."""
 
 from __future__ import annotations
 
 from gpuops.command import Cmd, Script, bash
-from gpuops.client.ship import python_tool, shell_tool
+from gpuops.client.agent.bundle import python_tool, shell_tool
 from gpuops.agent.wire.smi import sample_argv
 
 
@@ -23,7 +24,7 @@ def forget_lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
     return shell_tool("lock", "--forget", session, holder, *map(str, gpus))
 
 
-def reap(run_id: str) -> Cmd:
+def kill_marked(run_id: str) -> Cmd:
     """Kill every process of the run that is left."""
     return shell_tool("kill_marked", run_id)
 
@@ -60,6 +61,11 @@ def follow(run_id: str, session: str, offset: int, inode: int, tail: int, once: 
 def runs(limit: int, playbook: str | None = None) -> Cmd:
     """The run history, newest first: `limit` runs (of `playbook`, filtered before the limit)."""
     return python_tool("runs", str(limit), *(() if playbook is None else (playbook,)))
+
+
+def kill_session(session: str) -> Cmd:
+    """End a tmux session that has no run record (nothing of gpuops to stop in it)."""
+    return Cmd("tmux", "kill-session", "-t", f"={session}")
 
 
 def gpu_memory(gpus: tuple[int, ...]) -> Cmd:

@@ -1,4 +1,4 @@
-"""Ship gpuops/agent to the target: a content-hashed copy under ~/.gpuops/lib/<digest>/, made once.
+"""gpuops/agent as the target gets it: a content-hashed copy under ~/.gpuops/lib/<digest>/, made once.
 
 Every target tool is started through a short bootstrap that finds that copy, or says it is
 missing (exit NEED_LIB_EXIT); the caller then installs it (one command, the zip on stdin)
@@ -16,7 +16,7 @@ from typing import Any
 from gpuops.command import Cmd, Script, Word
 from gpuops.agent.wire import protocol as p
 
-_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent")
+_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "agent")
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed, so the same files make the same bytes
 
 
@@ -90,9 +90,10 @@ def install_command() -> Cmd:
     script = Script(
         f"L={b.lib}",
         '[ -d "$L" ] && exit 0',
-        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit 70',
-        'T=$(mktemp -d "$L.tmp.XXXXXX") || exit 70',
-        'if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; exit 71; fi',
+        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit {p.CANNOT_CREATE_EXIT}',
+        f'T=$(mktemp -d "$L.tmp.XXXXXX") || exit {p.CANNOT_CREATE_EXIT}',
+        'if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; '
+        f'exit {p.UNPACK_FAILED_EXIT}; fi',
         'rm -f "$T.zip"',
         '[ -d "$L" ] || mv "$T" "$L"',
         'rm -rf "$T"',
@@ -112,9 +113,9 @@ def with_install(cmd: Cmd) -> Cmd:
     return Cmd("bash", "-c", Script("(", *unpack.lines, ")") + script, *args)
 
 
-def needs_lib(exit_code: int, out: str) -> bool:
+def needs_lib(result: Any) -> bool:
     """Whether a tool's result says the shipped copy is missing."""
-    return p.said_need_lib(out, exit_code)
+    return p.said_need_lib(result.out, result.exit_code)
 
 
 def install(transport: Any, *, timeout: float, label: str, mask: Any = None) -> None:
@@ -128,7 +129,7 @@ def check_installed(result: Any, *, label: str, mask: Any = None, after: bool = 
     its output (stderr merged in) holds the copy's words."""
     from gpuops.errors import RemoteError, TargetNotReady
 
-    if after and not needs_lib(result.exit_code, result.out):
+    if after and not needs_lib(result):
         return
     if not after and result.exit_code == 0:
         return

@@ -1,0 +1,206 @@
+"""The one door to a target's agent: every agent tool the client runs, and the typed reply it reads back.
+
+A method is named as the tool it runs (gpuops/agent/__main__.py, agent/sh/), so one exchange has one
+name on both sides. A tool that finds gpuops' files missing on the target gets them (bundle.py) and
+runs again; nothing outside this package sees a tool's raw output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire.smi import SmiError, parse_sample
+from gpuops.client.agent import commands
+from gpuops.client.agent.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
+from gpuops.client.agent.channels import FollowChannel, LockChannel, WarmupChannel
+from gpuops.client.agent.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_runs
+from gpuops.client.runs import dumps
+from gpuops.command import Cmd
+from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, RemoteError, RunAlive,
+                           RunStopped, TargetNotReady)
+from gpuops.transport.base import Result, Transport
+
+ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
+
+
+class Agent:
+    """gpuops' agent on one target, reached through `transport`; `label` names the target in messages
+    and `mask` hides the playbook's secrets in them."""
+
+    def __init__(self, transport: Transport, *, label: str | None = None,
+                 mask: Callable[[str], str] | None = None) -> None:
+        self.transport = transport
+        self.label = label or transport.label
+        self.mask = mask
+        self._installed = False  # a tool ran there: gpuops' files are in place
+
+    @property
+    def timeout(self) -> float:
+        """Seconds for one short tool."""
+        return self.transport.command_timeout
+
+    # -- the files and the round trip ---------------------------------------------------------------------
+    def install(self) -> None:
+        """Copy gpuops' target package to the target unless its digest's folder is there already."""
+        install(self.transport, timeout=max(self.timeout, 60.0), label=self.label, mask=self.mask)
+        self._installed = True
+
+    def _run(self, cmd: Cmd, *, timeout: float | None = None, stdin: bytes | None = None) -> Result:
+        """`cmd` on the target; its result once the files are there."""
+        timeout = timeout or self.timeout
+        result = self.transport.run(cmd, timeout=timeout, stdin=stdin)
+        if needs_lib(result):
+            install(self.transport, timeout=max(timeout, 60.0), label=self.label, mask=self.mask)
+            result = self.transport.run(cmd, timeout=timeout, stdin=stdin)
+        self._installed = self._installed or isinstance(cmd, ToolCmd)
+        return result
+
+    def _open(self, cmd: Cmd) -> Any:
+        """A streaming tool (its files are made sure of first: a stream cannot be re-run)."""
+        if not self._installed:
+            self.install()
+        return self.transport.open(cmd)
+
+    def _persistently(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None,
+                      budget: float = ABORT_PERSISTENCE) -> Result:
+        """An idempotent tool (abort, kill_marked) through dropped connections: a run must not survive
+        because the link blinked between the match and the abort. Host-key and authentication errors
+        are not retried."""
+        deadline = time.monotonic() + budget
+        while True:
+            try:
+                return self._run(cmd, timeout=timeout, stdin=stdin)
+            except (ConnectError, CommandTimeout) as exc:
+                if isinstance(exc, (HostKeyError, AuthError)) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)  # the next run reconnects, retrying transient errors itself
+
+    def _said(self, text: str) -> str:
+        return self.mask(text) if self.mask else text
+
+    def _check(self, result: Result, what: str) -> None:
+        if result.exit_code != 0:
+            raise RemoteError(f"{self.label}: could not {what} (exit {result.exit_code}): "
+                              f"{self._said(result.err.strip())[-400:]}")
+
+    # -- the tools ----------------------------------------------------------------------------------------
+    def probe(self, sessions: tuple[str, ...] | None = None) -> Probe:
+        """Clock, GPUs, tools and the sessions' runs (probe.sh); ContainerNotRunning for a container that is down."""
+        result = self._run(commands.probe(sessions))
+        if result.exit_code != 0 and self.transport.container is not None:
+            self.transport.container.raise_for_container(result.err)
+        return read_probe(result.out)
+
+    def probe_with_state(self, sessions: tuple[str, ...] | None) -> tuple[Probe | None, str | None]:
+        """The probe with GPU samples, and a container's state in the same round trip (None on a host);
+        where gpuops' files are missing, copied and run again in one more. No probe when the container is down."""
+        cmd = commands.probe(sessions, samples=True, python=False)
+        container = self.transport.container
+        if container is not None:
+            run = container.run_with_state
+        else:
+            def run(cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
+                return self.transport.run(cmd, timeout=timeout, stdin=stdin), None
+        result, state = run(cmd, timeout=self.timeout)
+        if needs_lib(result):
+            result, state = run(with_install(cmd), timeout=max(self.timeout, 60.0), stdin=bundle().zip)
+            check_installed(result, label=self.label, after=True)
+        return (read_probe(result.out) if state in (None, "running") else None), state
+
+    def lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> LockChannel:
+        """The launch lock of the session and its GPUs (lock.sh), held open: wait_locked() reads its verdict."""
+        return LockChannel(self._open(commands.lock(session, holder, gpus)), self.transport, self.label)
+
+    def forget_lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> None:
+        """Take a launcher's name off its lock files (lock.sh --forget)."""
+        self._run(commands.forget_lock(session, holder, gpus))
+
+    def prepare(self, run_id: str, spec: bytes) -> None:
+        """The run directory, from one JSON document on stdin (env values of any size)."""
+        result = self._run(commands.prepare(run_id), stdin=spec)
+        if result.exit_code == p.CANNOT_CREATE_EXIT:
+            raise TargetNotReady(f"{self.label}: {self._said(result.err.strip())[-300:]}",
+                                 hint="the run directory lives under ~/.gpuops in the target user's home: make it writable")
+        self._check(result, "create the run directory")
+
+    def record(self, run_id: str, name: str, record: dict[str, Any]) -> None:
+        """Rewrite one JSON record of the run."""
+        self._run(commands.record(run_id, name), stdin=dumps(record).encode())
+
+    def start(self, run_id: str, session: str) -> p.StartReply:
+        """The watchdog starts and answers; then training starts in tmux. Raises when it did not start."""
+        result = self._run(commands.start(run_id), timeout=max(self.timeout, 90.0))
+        said = p.parse_start(result.out)
+        if said.stopped:
+            raise RunStopped(f"{self.label}: the launch was stopped by `gpuops stop` before training started")
+        if said.session_exists:
+            raise RunAlive(f"{self.label}: tmux session '{session}' appeared during the launch", hint="see `gpuops status`")
+        if said.watchdog_failed is not None:
+            raise TargetNotReady(f"{self.label}: the watchdog could not start, so training was not started: "
+                                 f"{self._said(said.watchdog_failed)}",
+                                 hint=f"its log is ~/.gpuops/runs/{run_id}/{p.WATCHDOG_LOG}")
+        if not said.started:
+            self._check(result, "start the tmux session")
+            raise RemoteError(f"{self.label}: the tmux session '{session}' did not start: "
+                              f"{self._said(result.err.strip())[-400:]}")
+        return said
+
+    def abort(self, run_id: str, by: str, record: dict[str, Any], *, timeout: float) -> AbortResult:
+        """The one abort sequence, repeated through reconnects until it reports the end: who won the claim,
+        what was left."""
+        result = self._persistently(commands.abort(run_id, by), timeout=timeout, stdin=json.dumps(record).encode())
+        return read_abort(result.out, {**record, "by": by})
+
+    def kill_marked(self, run_id: str, *, persistent: bool = True, budget: float = ABORT_PERSISTENCE) -> list[int]:
+        """Kill every process of the run that is left; the pids that survived SIGKILL. `persistent` keeps
+        trying through a dropped connection (for `budget` seconds)."""
+        cmd, timeout = commands.kill_marked(run_id), max(self.timeout, 30.0)
+        result = (self._persistently(cmd, timeout=timeout, budget=budget) if persistent
+                  else self._run(cmd, timeout=timeout))
+        return p.parse_kill_marked(result.out)
+
+    def warmup(self, run_id: str, gpu: int, command: str) -> WarmupChannel:
+        """One GPU's warmup (warmup.sh), running."""
+        return WarmupChannel(self._open(commands.warmup(run_id, gpu, command)))
+
+    def gpu_memory(self, gpu: int) -> GpuMemory:
+        """A GPU's memory used, as nvidia-smi reads it now."""
+        result = self._run(commands.gpu_memory((gpu,)))
+        if result.exit_code != 0:
+            if "not found" in result.err or result.exit_code == 127:
+                return GpuMemory(absent=True)  # no nvidia-smi on this target (the local demo)
+            return GpuMemory(error=result.err.strip())
+        try:
+            return GpuMemory(parse_sample(result.out).get(gpu, (None, None))[0])
+        except SmiError as exc:
+            return GpuMemory(error=str(exc))
+
+    def follow(self, run_id: str, session: str, offset: int, inode: int, tail: int, once: bool,
+               events_offset: int) -> FollowChannel:
+        """The follower (framed log bytes and watchdog events from these offsets), running."""
+        return FollowChannel(self._open(commands.follow(run_id, session, offset, inode, tail, once, events_offset)))
+
+    def runs(self, limit: int, playbook: str | None = None, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The run history, newest first: `limit` runs (of `playbook`, filtered there before the limit);
+        GpuopsError when it cannot be read."""
+        result = self._run(commands.runs(limit, playbook), timeout=timeout)
+        if result.exit_code != 0:
+            raise GpuopsError(f"{self.label}: could not read the run history (exit {result.exit_code}): "
+                              f"{result.err.strip()[-300:]}")
+        return read_runs(result.out)
+
+    def kill_session(self, session: str) -> None:
+        """End a tmux session that has no run record."""
+        self._run(commands.kill_session(session))
+
+    # -- the connection -----------------------------------------------------------------------------------
+    def container_state(self) -> str | None:
+        """A container's state (`running`, `stopped`, `missing` ...); None on a host."""
+        container = self.transport.container
+        return None if container is None else container.container_state(timeout=30.0)
+
+    def reconnect(self) -> None:
+        self.transport.reconnect()
