@@ -35,16 +35,24 @@ def test_defaults_without_a_watch_section(tmp_path: Path) -> None:
     assert GpuMemory().action == "warn" and CompileAfterWarmup().action == "warn"  # on by default
 
 
-def test_the_contracts_quiet_failure_example_loads(tmp_path: Path) -> None:
+def test_the_contracts_quiet_failure_keys_load_with_the_values_written(tmp_path: Path) -> None:
+    """The contract's quiet-failure example, every value changed from its default: each reaches the Watch."""
     got = watch(tmp_path, r"""
         watch:
-          sample_interval: 2
-          throughput: {pattern: 'tok/s (\d+)', min_ratio: 0.5, baseline: last, settle: 60, window: 30, action: warn}
-          gpu_memory: {max_ratio: 1.5, max_swing_mib: 2048, settle: 60, window: 30, action: warn}
-          compile_after_warmup: {settle: 60, action: warn}
+          sample_interval: 3
+          throughput: {pattern: 'tok/s (\d+)', min_ratio: 0.4, baseline: last, settle: 90, window: 45, action: abort}
+          gpu_memory: {max_ratio: 1.8, max_swing_mib: 1024, settle: 75, window: 40, action: abort}
+          compile_after_warmup: {settle: 120, action: abort}
         """)
-    assert got.throughput == Throughput(pattern=r"tok/s (\d+)")
-    assert (got.sample_interval, got.gpu_memory, got.compile_after_warmup) == (2.0, GpuMemory(), CompileAfterWarmup())
+    assert got.sample_interval == 3.0
+    assert got.throughput == Throughput(pattern=r"tok/s (\d+)", min_ratio=0.4, baseline=None, settle=90.0, window=45.0,
+                                        action="abort")
+    assert got.gpu_memory == GpuMemory(max_ratio=1.8, max_swing_mib=1024, settle=75.0, window=40.0, action="abort")
+    assert (got.compile_after_warmup.settle, got.compile_after_warmup.action) == (120.0, "abort")
+    # and none of them is what the section would be without these keys
+    default = watch(tmp_path, "watch: {throughput: {pattern: 'tok/s (\\d+)'}}")
+    assert got.sample_interval != default.sample_interval and got.throughput != default.throughput
+    assert got.gpu_memory != default.gpu_memory and got.compile_after_warmup != default.compile_after_warmup
 
 
 def test_every_key_set(tmp_path: Path) -> None:

@@ -10,7 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpuops.agent.guard.counts import Counts
 from gpuops.agent.watch.ruleset import build_matcher
+from gpuops.agent.watch.supervise import done
+from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire.records import outcome, read_json, read_text
+from gpuops.client.runs import RunInfo
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "guard"
 
@@ -20,12 +25,25 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def summary(case: str, name: str = "gpuops.jsonl") -> dict[str, Any]:
-    return jsonl(REAL / case / name)[-1]
+    """What gpuops said at the end, checked against what the run directory says as the agent reads it."""
+    end = jsonl(REAL / case / name)[-1]
+    d = REAL / case
+    if (d / p.META).exists():
+        name, code = outcome(read_text(str(d / p.EXIT_CODE)), read_json(str(d / p.ABORT)), False)
+        assert (name, code) == (end["outcome"], end["exit_code"]), case
+        assert done(str(d)), case  # the watchdog's last heartbeat says it finished the run
+    return end
 
 
 def counts(case: str) -> dict[str, Any]:
-    (only,) = list((REAL / case / "compile-guard-counts").glob("*.json"))
-    return json.loads(only.read_text())
+    """One process's compile-guard counts, read as the agent reads records, named as the guard names them
+    now, and summed as `gpuops status` shows them."""
+    (only,) = list((REAL / case / p.COMPILE_GUARD_COUNTS).glob("*.json"))
+    record = read_json(str(only))
+    assert record is not None and set(record) <= set(Counts().as_record()), case
+    shown = RunInfo("r", "s", meta={"compile_guard": True}, guard_counts=[record]).compile_guard
+    assert shown is not None and shown["processes"] == 1 and shown["serialized"] == record["serialized"]
+    return record
 
 
 def test_the_cold_three_thread_first_calls_complete_detached_with_the_guard() -> None:

@@ -8,13 +8,16 @@ The records are in tests/data/real_h200/watchdog/<case>/ (README.md there says w
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuops.agent.detect.detectors import Detectors
-from gpuops.agent.detect.profile import baseline_from_profile
+from gpuops.agent.detect.profile import baseline_from_profile, build_profile
+from gpuops.agent.run.abort import claim, wait_done
+from gpuops.agent.wire.records import outcome, read_json
 from gpuops.agent.watch.stall import StallClock
 from gpuops.agent.detect.telemetry import parse_lines
 from gpuops.agent.watch.ruleset import build_matcher, stall_config
@@ -32,6 +35,28 @@ def events(case: str, kind: str = "match") -> list[dict[str, Any]]:
     return [e for e in load(case, "events.jsonl") if e["event"] == kind]
 
 
+def profile(case: str) -> dict[str, Any]:
+    """The profile the run kept, which the agent's profile code, run again over the recorded samples,
+    meta and abort records, must rebuild."""
+    kept = read_json(str(REAL / case / "profile.json"))
+    assert kept is not None
+    rebuilt = build_profile(str(REAL / case), settle=kept["settle"])
+    for key in [k for k in ("gpus", "samples", "digest", "findings", "rule", "by") if k in kept]:  # an older record lacks some
+        assert rebuilt[key] == kept[key], (case, key)
+    assert (rebuilt["throughput"] or {}).get("median") == (kept["throughput"] or {}).get("median"), case
+    return kept
+
+
+def stopped_by(case: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The abort claim in force and its end, as the agent's abort sequence reads them: a later stop
+    (on a copy of the run directory) loses the claim to the recorded one."""
+    d = tmp_path / case
+    shutil.copytree(REAL / case, d)
+    won, record = claim(str(d), {"reason": "stop", "by": "stop"})
+    assert not won
+    return record, wait_done(str(d), 1.0)
+
+
 @pytest.mark.parametrize("case", ["baseline", "eager", "eager-race", "compile", "detach", "deadlock"])
 def test_the_log_replayed_through_the_matcher_gives_the_watchdogs_matches(case: str) -> None:
     cfg = load(case, "watch.json")
@@ -44,9 +69,9 @@ def test_the_log_replayed_through_the_matcher_gives_the_watchdogs_matches(case: 
 def test_the_compiled_baseline_ran_to_the_end_with_no_alarm_and_kept_its_profile() -> None:
     assert load("baseline", "summary.json")["exit_code"] == 0
     assert [e for e in load("baseline", "events.jsonl") if e["event"] == "match"] == []
-    profile = load("baseline", "profile.json")
-    assert profile["outcome"] == "succeeded" and profile["throughput"]["median"] > 1_000_000
-    assert profile["gpus"]["0"]["median"] > 500
+    kept = profile("baseline")
+    assert kept["outcome"] == "succeeded" and kept["throughput"]["median"] > 1_000_000
+    assert kept["gpus"]["0"]["median"] > 500
 
 
 def replay_detectors(case: str, baseline_case: str) -> list[Any]:
@@ -82,11 +107,14 @@ def test_the_baseline_replayed_against_itself_raises_no_alarm() -> None:
     assert [f.rule for f in replay_detectors("baseline", "baseline") if f.action != "note"] == []
 
 
-def test_the_eager_fallbacks_own_thread_race_aborts() -> None:
+def test_the_eager_fallbacks_own_thread_race_aborts(tmp_path: Path) -> None:
     summary = load("eager-race", "summary.json")
     assert (summary["exit_code"], summary["rule"]) == (7, "fx-patcher-race")
     assert "CURRENT_PATCHER is None in finally block" in summary["excerpt"]
-    assert load("eager-race", "abort.json")["by"] == "watchdog"
+    record, _ = stopped_by("eager-race", tmp_path)
+    assert (record["by"], record["rule"]) == ("watchdog", "fx-patcher-race")
+    assert outcome(None, record, False) == ("aborted", summary["exit_code"])
+    assert (profile("eager-race")["outcome"], profile("eager-race")["exit_code"]) == ("aborted", 7)
 
 
 def test_shapes_the_warmup_missed_are_compile_after_warmup() -> None:
@@ -99,10 +127,11 @@ def test_shapes_the_warmup_missed_are_compile_after_warmup() -> None:
     assert [f.rule for f in det.judge(cfg["compile_after_warmup"]["settle"] + 1)] == ["compile-after-warmup"]
 
 
-def test_a_detached_run_hitting_the_fx_race_is_stopped_by_its_watchdog_and_logs_f_exits_7() -> None:
-    record, done = load("detach", "abort.json"), load("detach", "abort-done.json")
+def test_a_detached_run_hitting_the_fx_race_is_stopped_by_its_watchdog_and_logs_f_exits_7(tmp_path: Path) -> None:
+    record, done = stopped_by("detach", tmp_path)
     assert (record["by"], record["rule"]) == ("watchdog", "fx-tracing-race")
-    assert done["survivors"] == [] and [g["memory_used_mib"] for g in done["gpus"]] == [0]
+    assert done is not None and done["survivors"] == [] and [g["memory_used_mib"] for g in done["gpus"]] == [0]
+    assert outcome(None, record, False)[1] == profile("detach")["exit_code"] == 7
     assert load("detach", "summary.json")["exit_code"] == 7  # `logs -f` afterwards, from a client that was not there
     assert "logs -f exit 7" in (REAL / "detach" / "timing.txt").read_text()
 
