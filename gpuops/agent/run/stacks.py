@@ -78,7 +78,7 @@ def pyspy_for(pid: int) -> Optional[str]:
 def _cmdline(pid: int) -> str:
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            return fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            return " ".join(fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").split())
     except OSError:
         return ""
 
