@@ -14,6 +14,7 @@ TOOLS = {
     "supervise": "watch.supervise",  # keep a run's watchdog alive (daemon)
     "watchdog": "watch.watchdog",  # watch one run
     "runs": "run.history",  # the run history of this target, as JSON lines
+    "stacks": "run.stacks",  # every thread's stack of the run's Python processes, now or as recorded
 }
 
 

@@ -88,6 +88,10 @@ SHAPES: dict[str, Schema] = {
         "jump_host_key_policies": arr(opt(S)),
     }, ("name", "host", "transport", "address", "port", "user", "jumps", "ctid", "gpus")),
     "broken_target": closed({"name": S, "error": S}, ("name", "error")),
+    # One Python process's thread stacks (the abort record's `stacks`, the summary's): where they are kept
+    # in the run directory (null: it did not answer, `error` says why), how many threads, taken how.
+    "stack_process": closed({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
+                             "attempt": I, "error": S}, ("pid", "file", "threads", "via")),
 }
 
 #: Each event kind's own fields (beside COMMON) and the ones it always has.
@@ -134,7 +138,11 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "aborted": ({
         "reason": REASON, "rule": opt(S), "by": opt(WHO), "survivors": arr(I), "gpus": arr(ref("gpu_drained")),
         "held_by": opt(by_gpu(arr(I))), "seconds": N, "session_gone_at": opt(N), "time": S,
+        "stacks": arr(ref("stack_process")),
     }, ("reason", "survivors", "gpus", "seconds")),
+    # -- stacks, logs --stacks ------------------------------------------------------------------------
+    "stacks": ({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
+                "attempt": I, "error": S, "text": S}, ("run", "pid", "file", "threads", "via", "text")),
     "stopped_elsewhere": ({"reason": opt(S), "stopped_by": opt(S), "rule": opt(S), "by": WHO}, ("stopped_by",)),
     "survivors": ({"pids": arr(I), "by": WHO}, ("pids",)),
     # -- launch --dry-run ------------------------------------------------------------------------------
@@ -159,6 +167,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "command_exit_code": opt(I), "rule": opt(S), "line": opt(S), "excerpt": opt(S), "by": opt(S),
         "gpus": {"anyOf": [arr(ref("gpu_finding")), arr(ref("gpu_drained"))]}, "survivors": arr(I),
         "last_line": opt(S), "container": S, "run_alive": opt(B), "attempts": I, "earlier_attempts": arr(ref("attempt_ended")),
+        "stacks": arr(ref("stack_process")),
         "error": S, "hint": S, "thresholds": OBJ, "gpu": I, "output_tail": arr(S),
         "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr({"anyOf": [ref("connection"), ref("broken_target")]}),
     }, ("outcome", "exit_code", "message")),

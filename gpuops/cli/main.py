@@ -119,22 +119,55 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 @all_option
 @click.option("--run", "run_id", metavar="ID", shell_complete=complete.run_ids, help="That run of the playbook's session (an id from `gpuops runs`), "
               "not the current one.")
+@click.argument("run_arg", metavar="[RUN]", required=False, shell_complete=complete.run_ids)
 @click.option("-f", "--follow", is_flag=True, help="Stream the log live and apply the watch rules.")
 @click.option("--tail", type=click.IntRange(min=0), default=None, help="Start from the last N lines.")
 @click.option("--no-abort", is_flag=True, help="Report matches but never stop the run.")
 @click.option("--timeout", type=Seconds(), help="With --follow: stop the run after SECONDS, exit 124.")
+@click.option("--stacks", "stacks", is_flag=True, help="Print the thread stacks recorded before the run's abort "
+              "(watch.stacks), not its log.")
 @junit_option
 @boundary
-def logs(inventory, playbook, targets, every, run_id, follow, tail, no_abort, timeout, junit, as_json, verbose) -> int:
-    """Print the current run's log as it is; --follow streams it and watches it."""
+def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_abort, timeout, stacks, junit, as_json,
+         verbose) -> int:
+    """Print the current run's log (or run RUN's) as it is; --follow streams it and watches it."""
     from gpuops.cli.junit import Report
     from gpuops.cli.logs_cmd import run_logs
 
+    run_id = _run_given(run_arg, run_id)
+    if stacks:
+        if follow or junit or tail is not None:
+            raise click.UsageError("--stacks prints the recorded stacks; it does not go with --follow, --tail or --junit")
+        from gpuops.cli.stacks_cmd import run_stacks
+
+        return run_stacks(inventory, playbook, targets, every=every, run_id=run_id, recorded=True, as_json=as_json,
+                          verbose=verbose)
     if junit and not follow:
         raise click.UsageError("--junit needs --follow (the report is of a run being watched)")
     with Report(junit, "logs", _one(targets)) as report:
         return run_logs(inventory, playbook, targets, every=every, run_id=run_id, follow=follow, tail=tail,
                         no_abort=no_abort, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
+
+
+def _run_given(arg: str | None, option: str | None) -> str | None:
+    """RUN as an argument or as --run (the same run if both)."""
+    if arg is not None and option is not None and arg != option:
+        raise click.UsageError(f"RUN {arg} and --run {option} name two runs: give one")
+    return arg if arg is not None else option
+
+
+@main.command(epilog=SEVERAL)
+@common_options()
+@all_option
+@click.argument("run_id", metavar="[RUN]", required=False, shell_complete=complete.run_ids)
+@boundary
+def stacks(inventory, playbook, targets, every, run_id, as_json, verbose) -> int:
+    """Every thread's stack of each Python process of the live run, now (py-spy or faulthandler); the run goes
+    on. RUN: the current run's id, checked."""
+    from gpuops.cli.stacks_cmd import run_stacks
+
+    return run_stacks(inventory, playbook, targets, every=every, run_id=run_id, recorded=False, as_json=as_json,
+                      verbose=verbose)
 
 
 @main.command(epilog=SEVERAL)

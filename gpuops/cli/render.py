@@ -210,10 +210,14 @@ class TextRenderer:
             self.say(f"{tag} aborting run {ev.run} ({ev.get('reason')}{by}): signal, grace, kill session, reap processes")
         elif k == "aborted":
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB" for g in ev.get("gpus", []))
+            stacks = [st for st in ev.get("stacks") or [] if st.get("file")]
             self.say(f"{tag} run {ev.run} stopped in {ev.get('seconds')}s; session gone" + (f"; GPUs {gpus}" if gpus else "")
+                     + (f"; stacks of {len(stacks)} Python process(es) recorded (gpuops logs --stacks)" if stacks else "")
                      + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else "")
                      + "".join(f"; GPU {g} DID NOT DRAIN (held by pids {held or 'not listed'})"
                                for g, held in (ev.get("held_by") or {}).items()))
+        elif k == "stacks":
+            self._stacks(ev, tag)
         elif k == "waiting_start":
             self.say(f"{tag} run {ev.run} is being launched ({ev.get('phase')}); following once training starts")
         elif k == "reconnecting":
@@ -226,6 +230,20 @@ class TextRenderer:
             self.say(f"{tag} --timeout ran out; stopping run {ev.run}")
         elif self.verbose:
             self.say(f"{tag} {k} {ev.data}")
+
+    def _stacks(self, ev: Event, tag: str) -> None:
+        """One process's threads on stdout (they are what the command prints): a head line, then py-spy's or
+        faulthandler's own text, as kept on the target."""
+        attempt = f" of attempt {ev.get('attempt')}" if ev.get("attempt") else ""
+        if not ev.get("file"):
+            lines = [f"{tag} pid {ev.get('pid')}{attempt}: no stacks ({ev.get('error') or 'no answer'})"]
+        else:
+            pad = f"{tag} " if self.multi else ""
+            lines = [f"{tag} pid {ev.get('pid')}{attempt}: {ev.get('threads')} thread(s) via {ev.get('via')} "
+                     f"({ev.get('file')} in the run directory)"]
+            lines += [pad + line for line in str(ev.get("text") or "").splitlines() if not line.startswith("#")]
+        sys.stdout.write("".join(printable(line) + "\n" for line in lines))
+        sys.stdout.flush()
 
     def _warmup(self, ev: Event) -> None:
         gpu = ev.get("gpu")

@@ -78,7 +78,7 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
     done = info.abort_done or {}
     data = {"run": run_id, "rule": rule if reason not in ("stall", "stop", "timeout") else (rule or reason),
             "line": record.get("line"), "excerpt": record.get("excerpt"), "by": by, "gpus": done.get("gpus", []),
-            "survivors": done.get("survivors", [])}
+            "survivors": done.get("survivors", []), **({"stacks": done["stacks"]} if done.get("stacks") else {})}
     if reason == "stall":
         last = record.get("last_line")  # the line before the stall, not what the run printed when stopped
         limit = record.get("stall_timeout", job.playbook.watch.stall_timeout)
@@ -92,6 +92,9 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
         message = f"run {run_id} was stopped by `gpuops stop`"
     else:
         message = f"run {run_id} aborted: rule '{rule}' matched (stopped by {who}): {record.get('line')}"
+    kept = [st for st in done.get("stacks") or [] if isinstance(st, dict) and st.get("file")]
+    if kept:
+        message += f"; thread stacks of {len(kept)} Python process(es) recorded before the signal (gpuops logs --stacks)"
     return Outcome(name, code if code is not None else ExitCode.ABORTED, message, data)
 
 

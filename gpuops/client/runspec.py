@@ -119,6 +119,7 @@ def watch_config(job: Job, run_id: str) -> dict[str, Any]:
         env=env,
         secrets=list(pb.secrets),
         restart=restart_config(job),
+        stacks=w.stacks,
     )
 
 
@@ -143,9 +144,11 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
     watch = watch_config(job, run_id)
     env = env_script(job).render(display=shown, mask=job.mask if shown else None) + "\n"
     command = job.playbook.launch.command
+    again = job.playbook.restart.command if job.playbook.restart is not None and watch["restart"] else None
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
         command = job.mask(command)
+        again = job.mask(again) if again else again
     return dumps({
         "session": job.session,
         "meta": meta(job, run_id, "warmup"),
@@ -154,4 +157,5 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
         "workdir": workdir(job),
         "watch": watch,
         "compile_guard": job.playbook.launch.compile_guard,
+        **({"restart_command": again} if again else {}),
     }).encode()

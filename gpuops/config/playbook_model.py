@@ -112,6 +112,7 @@ class Watch:
     gpu_memory: GpuMemory = field(default_factory=GpuMemory)
     compile_after_warmup: CompileAfterWarmup = field(default_factory=CompileAfterWarmup)
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
+    stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class Restart:
     compile_guard: bool | None = None  # the restarted attempts run with the guard; None: as launch.compile_guard
     delay: float = 10.0  # seconds between the end of an attempt and the next
     warmup: bool = False  # run the warmup again before a restart
+    command: str | None = None  # what restarted attempts run; None: launch.command
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from gpuops.config.playbook_model import Restart, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 
-RESTART_KEYS = ("max", "on", "compile_guard", "delay", "warmup")
+RESTART_KEYS = ("max", "on", "compile_guard", "delay", "warmup", "command")
 MAX_RESTARTS = 10
 
 
@@ -44,6 +44,8 @@ def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = 
         fields["delay"] = s.seconds(n, zero_ok=True)
     if (n := sec.get("warmup")) is not None:
         fields["warmup"] = s.boolean(n)
+    if (n := sec.get("command")) is not None:
+        fields["command"] = s.nonempty(n, "a command (what restarted attempts run, e.g. with --resume)")
     return Restart(**fields)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,7 @@ from gpuops.errors import ConfigError, Mark
 
 WATCH_KEYS = (
     "builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval", "throughput",
-    "gpu_memory", "compile_after_warmup", "recompiles",
+    "gpu_memory", "compile_after_warmup", "recompiles", "stacks",
 )
 RULE_KEYS = ("name", "pattern", "action")
 STALL_AUTO_KEYS = ("floor", "factor", "settle", "initial")
@@ -63,6 +63,8 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
         fields["compile_after_warmup"] = _compile_after_warmup(n, env)
     if (n := sec.get("recompiles")) is not None:
         fields["recompiles"] = s.boolean(n)
+    if (n := sec.get("stacks")) is not None:
+        fields["stacks"] = s.choice(n, wf.STACKS_POLICIES, "when to record the training's stacks")
     return Watch(**fields)  # type: ignore[arg-type]
 
 

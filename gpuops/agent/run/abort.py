@@ -206,11 +206,13 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     session = str(cfg.get("session") or "")
     name, grace = watchfile.abort_settings(cfg)
     run_id = os.path.basename(d)
+    stacks = None
     if _session_live(d, session, run_id):
         # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
         # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
         sent_at = _signalled(d)
         if sent_at is None:
+            stacks = _stacks_first(d, cfg, run_id)
             if name == "INT":
                 tmux.interrupt(session)
             else:
@@ -225,9 +227,22 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     survivors = reap(run_id)
     gpus, held_by = drain_or_name(d, list(cfg.get("gpus") or []), watchfile.max_memory_used_mib(cfg))
     result = {"survivors": survivors, "gpus": gpus, **({"held_by": held_by} if held_by else {}), "seconds": round(time.monotonic() - started, 3),
-              "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+              "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **({"stacks": stacks} if stacks is not None else {})}
     _retry_write(lambda: write_json_atomic(os.path.join(d, p.ABORT_DONE), result))
     return result
+
+
+def _stacks_first(d: str, cfg: Dict[str, Any], run_id: str) -> Optional[List[Dict[str, Any]]]:
+    """The training's thread stacks before the signal, where watch.stacks asks for them (None: not asked)."""
+    from .stacks import take, wanted
+
+    if not wanted(watchfile.stacks_policy(cfg), (read_json(os.path.join(d, p.ABORT)) or {}).get("reason")):
+        return None
+    try:
+        return take(d, run_id)
+    except Exception as exc:  # the abort goes on whatever the stacks do
+        return [{"pid": 0, "file": None, "threads": 0, "via": None, "error": "%s: %s" % (type(exc).__name__, exc)}]
 
 
 def run_config(d: str, cfg: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

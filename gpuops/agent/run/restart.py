@@ -62,6 +62,8 @@ def keep(d: str, n: int, ended: Dict[str, Any]) -> None:
             os.rename(os.path.join(d, name), os.path.join(dest, name))
         except FileNotFoundError:
             pass
+    if os.path.isdir(os.path.join(dest, p.STACKS)):  # the next attempt's processes register there again
+        os.makedirs(os.path.join(d, p.STACKS), exist_ok=True)
     write_json_atomic(os.path.join(dest, p.ATTEMPT), ended)
 
 

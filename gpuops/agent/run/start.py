@@ -20,6 +20,7 @@ from ..wire import protocol as p
 from ..system import tmux
 from ..wire import watchfile
 from ..wire.records import read_json, read_text
+from .attempt import current, max_attempts
 
 #: How long the watchdog may take to start and write its first heartbeat (a loaded machine is slow).
 READY_TIMEOUT = 30.0
@@ -69,11 +70,19 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
 def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
-    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id])
+    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id, *attempt_args(d)])
     if started.returncode == 0:
         with open(os.path.join(d, p.STARTED), "w") as fh:
             fh.write("%.3f\n" % time.time())
     return started
+
+
+def attempt_args(d: str) -> List[str]:
+    """run.sh's ATTEMPT MAX_ATTEMPTS [RESTART_AFTER]: what the training sees as GPUOPS_ATTEMPT and the rest."""
+    rec = current(d)
+    n = int(rec["attempt"])
+    total = int(rec.get("max_attempts") or max_attempts(watchfile.read(d) or {}))
+    return [str(n), str(total)] + ([str(rec.get("after") or "")] if n > 1 else [])
 
 
 def main(argv: List[str]) -> int:

@@ -38,16 +38,17 @@ load_env() {
   export GPUOPS_RUN_ID="${D##*/}" GPUOPS_RUN_DIR="$D"
 }
 
-# guard_env: with the run's compile-guard record (a restarted attempt with restart.compile_guard),
-# the job runs under the compile guard: GPUOPS_COMPILE_GUARD=1 and the guard's folder first on
-# PYTHONPATH (the playbook's PYTHONPATH kept after it). Called after load_env.
+# guard_env: gpuops' folder first on PYTHONPATH (the playbook's PYTHONPATH kept after it), always: its
+# sitecustomize.py registers the faulthandler the run's stacks come from. With the run's compile-guard
+# record (launch.compile_guard, or a restarted attempt with restart.compile_guard) the job also runs
+# under the compile guard: GPUOPS_COMPILE_GUARD=1. Called after load_env.
 guard_env() {
-  [ -f "$D/compile-guard" ] || return 0
   local guard
   guard="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/guard/pythonpath"  # its sitecustomize.py
-  export GPUOPS_COMPILE_GUARD=1
   case ":${PYTHONPATH:-}:" in
-    *":$guard:"*) ;;  # launch.compile_guard put it there already
+    *":$guard:"*) ;;  # there already
     *) export PYTHONPATH="$guard${PYTHONPATH:+:$PYTHONPATH}";;
   esac
+  [ -f "$D/compile-guard" ] || return 0
+  export GPUOPS_COMPILE_GUARD=1
 }

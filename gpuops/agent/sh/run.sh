@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # What the run's tmux session runs: the workdir, the env, the training command with its output to
 # the log, and its exit code recorded (also when it dies by a signal).
-# Usage: run.sh RUN_ID
+# Every attempt's training sees GPUOPS_ATTEMPT and GPUOPS_MAX_ATTEMPTS, and from the second on
+# GPUOPS_RESTART_AFTER (the rule that ended the attempt before) and restart.command, where the playbook
+# has one, in place of launch.command.
+# Usage: run.sh RUN_ID [ATTEMPT MAX_ATTEMPTS [RESTART_AFTER]]
 set -u
 # shellcheck source=SCRIPTDIR/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -16,9 +19,15 @@ if ! enter_workdir 2>"$D/cd.err"; then
 fi
 load_env
 guard_env
+export GPUOPS_ATTEMPT="${2:-1}" GPUOPS_MAX_ATTEMPTS="${3:-1}"
+command="$D/command"
+if [ "$GPUOPS_ATTEMPT" != 1 ]; then
+  export GPUOPS_RESTART_AFTER="${4:-}"
+  [ -f "$D/restart-command" ] && command="$D/restart-command"
+fi
 # Trapped (not ignored) signals: the command gets them with default handling, and this script
 # survives to record the exit code.
 trap 'true' INT TERM HUP QUIT
-bash -c "$(cat "$D/command")" >>"$D/log" 2>&1 </dev/null
+bash -c "$(cat "$command")" >>"$D/log" 2>&1 </dev/null
 code=$?
 printf '%s\n' "$code" >"$D/exit_code.tmp" && mv -f "$D/exit_code.tmp" "$D/exit_code"

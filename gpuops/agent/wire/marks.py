@@ -25,6 +25,8 @@ MARKS = frozenset({
     # kill_marked.sh, abort, start, warmup.sh
     "killed", "survivors", "session-gone", "gpus-after", "stopped", "session-exists", "started", "watchdog-failed",
     "aborted", "already", "claimed", "prepared", "recorded",
+    # stacks
+    "stacks",
 })
 #: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
 NEED_LIB_EXIT = 97
@@ -243,6 +245,11 @@ def parse_abort(text: str) -> AbortReply:
         elif key == "aborted":
             reply.done = _object(value)
     return reply
+
+
+def parse_stacks(text: str) -> List[Dict[str, Any]]:
+    """stacks' answer: one {pid, file, threads, via, text[, attempt, error]} per Python process of the run."""
+    return [row for key, value in marks(text) if key == "stacks" for row in [_object(value)] if row]
 
 
 def parse_kill_marked(text: str) -> List[int]:

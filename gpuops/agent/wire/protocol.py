@@ -18,8 +18,8 @@ from .frames import (  # noqa: F401  (the wire's names, one import for both side
 )
 from .marks import (  # noqa: F401
     CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
-    LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked, parse_lock, parse_pct_exec, parse_probe,
-    parse_start, said_need_lib, said_stopped,
+    LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked,
+    parse_lock, parse_pct_exec, parse_probe, parse_stacks, parse_start, said_need_lib, said_stopped,
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`
@@ -42,12 +42,15 @@ LOCKS = "locks"
 LIB = "lib"
 PACKAGE = "gpuops_agent"  # the name this package has on the target
 
+from .stackfile import STACKS  # noqa: F401  (stacks/<pid>.txt: the run's thread stacks; names and parser there)
+
 # -- records in a run directory ----------------------------------------------------------------
 LOG = "log"
 EXIT_CODE = "exit_code"  # the command's exit status once it ended (128+N for signal N)
 META = "meta.json"  # what was launched: playbook, command, env (secrets masked), GPUs, phase
 ENV = "env.sh"  # the exports of the playbook's env (mode 0600: it holds the secret values)
 COMMAND = "command"  # the training command, as the playbook writes it
+RESTART_COMMAND = "restart-command"  # restart.command: what restarted attempts run in place of COMMAND (sh/run.sh)
 WORKDIR = "workdir"  # where warmup and training run, as run.sh resolves it
 WATCH = "watch.json"  # the rules, stall timeout, detectors and abort settings the run was launched with
 ABORT = "abort.json"  # why the run was stopped and by whom; created once (the claim), never replaced
@@ -75,7 +78,7 @@ ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard,
 ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
 #: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
 ATTEMPT_RECORDS = (LOG, EXIT_CODE, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
-                   CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS)
+                   CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS)
 #: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
 #: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
 ATTEMPT_WAITING, ATTEMPT_STARTING, ATTEMPT_RUNNING, ATTEMPT_STOPPED = "waiting", "starting", "running", "stopped"

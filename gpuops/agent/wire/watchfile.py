@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import protocol as p
 from .records import read_json
+from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
 
 #: The detectors' playbook keys' defaults (a section absent or None is off); detectors.DEFAULTS is this.
 DETECTOR_DEFAULTS: Dict[str, Any] = {
@@ -34,6 +35,8 @@ ABORT_GRACE = 30.0
 STALL_TIMEOUT = 900.0
 #: stall_timeout: auto, learning the timeout from the run's own gaps between log growths.
 STALL_AUTO: Dict[str, float] = {"floor": 30.0, "factor": 5.0, "settle": 60.0, "initial": STALL_TIMEOUT}
+#: stacks: when the watchdog records the training's thread stacks before the abort's signal.
+STACKS = ON_STALL
 #: Seconds between GPU samples.
 SAMPLE_INTERVAL = float(DETECTOR_DEFAULTS["sample_interval"])
 #: preflight and the abort's drain: a GPU using more MiB than this is taken for busy.
@@ -46,20 +49,20 @@ COMPILE_AFTER_WARMUP: Dict[str, Any] = DETECTOR_DEFAULTS["compile_after_warmup"]
 #: Every key of watch.json, as compose writes them.
 KEYS = ("schema_version", "run", "playbook", "session", "gpus", "max_memory_used_mib", "abort", "builtin",
         "builtin_rules", "rules", "stall", "sample_interval", "throughput", "gpu_memory", "compile_after_warmup",
-        "recompiles", "env", "secrets", "restart")
+        "recompiles", "env", "secrets", "restart", "stacks")
 
 
 def compose(*, run: str, playbook: str, session: str, gpus: List[int], max_memory_used_mib: int,
             abort: Dict[str, Any], builtin: bool, builtin_rules: Dict[str, str], rules: List[Dict[str, str]],
             stall: Dict[str, Any], sample_interval: float, throughput: Optional[Dict[str, Any]],
             gpu_memory: Optional[Dict[str, Any]], compile_after_warmup: Optional[Dict[str, Any]], recompiles: bool,
-            env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+            env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]], stacks: str) -> Dict[str, Any]:
     """The record, every key named (a key added on one side and not the other fails here, not on a target)."""
     return {"schema_version": p.SCHEMA_VERSION, "run": run, "playbook": playbook, "session": session, "gpus": gpus,
             "max_memory_used_mib": max_memory_used_mib, "abort": abort, "builtin": builtin,
             "builtin_rules": builtin_rules, "rules": rules, "stall": stall, "sample_interval": sample_interval,
             "throughput": throughput, "gpu_memory": gpu_memory, "compile_after_warmup": compile_after_warmup,
-            "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart}
+            "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart, "stacks": stacks}
 
 
 def write(d: str, cfg: Dict[str, Any]) -> None:
@@ -78,6 +81,12 @@ def abort_settings(cfg: Dict[str, Any]) -> Tuple[str, float]:
     """(signal name, grace seconds) of the run's abort."""
     ab = cfg.get("abort") or {}
     return str(ab.get("signal") or ABORT_SIGNAL), float(ab.get("grace", ABORT_GRACE))
+
+
+def stacks_policy(cfg: Dict[str, Any]) -> str:
+    """watch.stacks: on_stall (the default, also for a run launched before the key), always or off."""
+    said = cfg.get("stacks")
+    return said if said in STACKS_POLICIES else STACKS
 
 
 def stall_settings(cfg: Dict[str, Any]) -> Tuple[float, Optional[Dict[str, float]]]:

@@ -71,3 +71,8 @@ def kill_session(session: str) -> Cmd:
 def gpu_memory(gpus: tuple[int, ...]) -> Cmd:
     """Memory used and utilisation of some GPUs, one `index, MiB, %` line each (bash says so if nvidia-smi is missing)."""
     return bash(Script(Cmd(*sample_argv(gpus))))
+
+
+def stacks(run_id: str, recorded: bool) -> Cmd:
+    """Every thread's stack of the run's Python processes: taken now (the run goes on), or as last recorded."""
+    return python_tool("stacks", run_id, *(("recorded",) if recorded else ()))

@@ -192,6 +192,15 @@ class Agent:
                               f"{result.err.strip()[-300:]}")
         return read_runs(result.out)
 
+    def stacks(self, run_id: str, *, recorded: bool) -> list[dict[str, Any]]:
+        """One {pid, file, threads, via, text[, attempt, error]} per Python process of the run: taken now (the
+        run goes on) or as recorded before an abort; text masked. GpuopsError when the target cannot say."""
+        result = self._run(commands.stacks(run_id, recorded), timeout=max(self.timeout, 30.0))
+        if result.exit_code != 0:
+            raise GpuopsError(f"{self.label}: could not read the stacks of run {run_id} (exit {result.exit_code}): "
+                              f"{self._said(result.err.strip()[-300:])}")
+        return [{**row, "text": self._said(str(row.get("text") or ""))} for row in p.parse_stacks(result.out)]
+
     def kill_session(self, session: str) -> None:
         """End a tmux session that has no run record."""
         self._run(commands.kill_session(session))

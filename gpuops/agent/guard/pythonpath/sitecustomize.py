@@ -1,9 +1,11 @@
-"""The compile guard's entry (gpuops' ``launch.compile_guard``): this folder is first on the job's
-PYTHONPATH, so Python's ``site`` imports this file at start-up in every process of the job.
+"""gpuops' entry in the job's Python processes: this folder is first on the PYTHONPATH of every run's warmup
+and training (sh/common.sh pythonpath_env), so Python's ``site`` imports this file at start-up in each.
 
-It loads the guard (the agent package beside it, under a private name: nothing is added to
-sys.path), installs the import hook, then runs the ``sitecustomize`` this one hides, if the
-environment has one further down sys.path. Nothing here imports torch.
+It loads the agent package beside it under a private name (nothing is added to sys.path), registers
+gpuops' faulthandler for the run's stacks (guard/stackdump.py; where watch.stacks is not off), installs
+the compile guard's import hook with ``launch.compile_guard`` (GPUOPS_COMPILE_GUARD=1), then runs the
+``sitecustomize`` this one hides, if the environment has one further down sys.path. Nothing here
+imports torch.
 """
 
 import os
@@ -14,8 +16,8 @@ def _agent_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _load_guard() -> None:
-    """Import <lib>/gpuops_agent as the private package _gpuops_agent and install the hook."""
+def _load(module: str):
+    """Import <lib>/gpuops_agent as the private package _gpuops_agent, then one of its modules."""
     import importlib.util
 
     root = _agent_dir()
@@ -26,7 +28,7 @@ def _load_guard() -> None:
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
         spec.loader.exec_module(package)
-    importlib.import_module(name + ".guard.importhook").install()
+    return importlib.import_module(name + "." + module)
 
 
 def _chain() -> None:
@@ -52,9 +54,14 @@ def _chain() -> None:
 
 
 if __name__ == "sitecustomize":
+    if os.environ.get("GPUOPS_RUN_DIR"):
+        try:
+            _load("guard.stackdump").install()
+        except Exception as exc:  # stacks must never stop the training from starting
+            sys.stderr.write("gpuops stacks: faulthandler not registered: %s: %s\n" % (exc.__class__.__name__, exc))
     if os.environ.get("GPUOPS_COMPILE_GUARD") == "1":
         try:
-            _load_guard()
+            _load("guard.importhook").install()
         except Exception as exc:  # the guard must never stop the training from starting
             sys.stderr.write("gpuops compile guard: not installed: %s: %s\n" % (exc.__class__.__name__, exc))
     _chain()

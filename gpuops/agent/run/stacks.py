@@ -1,0 +1,251 @@
+"""Take every thread's stack of every Python process of a run, without stopping it: stacks/<pid>.txt.
+
+Through ``py-spy dump --native`` where py-spy is on the watchdog's PATH or the process's own,
+else through the faulthandler gpuops registered in the process (guard/stackdump.py): its signal,
+read from stacks/<pid>.signal, sent only where the process's start tick still matches and the
+process catches it (an uncaught real-time signal would kill it). Bounded: a process that does not
+answer within WAIT seconds is noted and the caller goes on. The abort sequence calls ``take``
+before its signal (watch.stacks); ``python3 -m gpuops_agent stacks RUN_ID [recorded]`` prints
+them now, or as last recorded, one ``stacks`` marker per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..system.procs import descendants, marked, running
+from ..wire import protocol as p
+from ..wire import stackfile as sf
+from ..wire.records import read_json
+
+#: Seconds a process gets to answer (py-spy, then faulthandler for those py-spy did not do).
+WAIT = 4.0
+#: A faulthandler dump is taken for complete once its file stops growing for this long.
+SETTLE = 0.15
+POLL = 0.02
+
+
+def wanted(policy: str, reason: Optional[str]) -> bool:
+    """watch.stacks says take them before this abort (its abort.json `reason`)."""
+    return policy == sf.ALWAYS or (policy == sf.ON_STALL and reason == "stall")
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        return False
+    return exe.startswith("python") or exe.startswith("pypy")
+
+
+def python_pids(folder: str, run_id: str) -> List[int]:
+    """The run's processes (its marker, and everything below them) that are Python."""
+    ours = set(marked(run_id))
+    ours |= descendants(ours)
+    registered = {int(n.split(".")[0]) for n in _names(folder) if n.endswith(sf.SIGNAL_SUFFIX) and n[0].isdigit()}
+    return sorted(pid for pid in ours if running(pid) and (pid in registered or _is_python(pid)))
+
+
+def _names(folder: str) -> List[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _env_path(pid: int) -> str:
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            for entry in fh.read().split(b"\0"):
+                if entry.startswith(b"PATH="):
+                    return entry[5:].decode("utf-8", "replace")
+    except OSError:
+        pass
+    return ""
+
+
+def pyspy_for(pid: int) -> Optional[str]:
+    """py-spy on the watchdog's PATH, else on the process's own (a venv's bin)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=_env_path(pid) or None)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return " ".join(fh.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").split())
+    except OSError:
+        return ""
+
+
+def _header(pid: int, via: str) -> str:
+    return "# gpuops stacks of pid %d via %s at %s: %s\n" % (
+        pid, via, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _cmdline(pid)[:300])
+
+
+def _signal_of(folder: str, pid: int) -> Optional[int]:
+    """The faulthandler signal the process registered, if the record is this process's and it catches it."""
+    try:
+        with open(os.path.join(folder, sf.name(pid, sf.SIGNAL_SUFFIX))) as fh:
+            signum, tick = fh.read().split()[:2]
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            if fh.read(4096).rsplit(b")", 1)[-1].split()[19].decode() != tick:
+                return None  # the pid was reused
+        with open("/proc/%d/status" % pid) as fh:
+            caught = next(int(ln.split()[1], 16) for ln in fh if ln.startswith("SigCgt:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return int(signum) if caught & (1 << (int(signum) - 1)) else None
+
+
+def _write(folder: str, pid: int, via: str, text: str) -> Dict[str, Any]:
+    path = os.path.join(folder, sf.name(pid, sf.TEXT_SUFFIX))
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        fh.write(_header(pid, via) + text)
+    os.replace(path + ".tmp", path)
+    return {"pid": pid, "file": p.STACKS + "/" + sf.name(pid, sf.TEXT_SUFFIX), "threads": len(sf.parse(text)), "via": via}
+
+
+def _by_pyspy(folder: str, pids: List[int], deadline: float) -> Dict[int, Dict[str, Any]]:
+    """py-spy dump for each pid at once; what answered in time."""
+    procs: Dict[int, subprocess.Popen] = {}
+    for pid in pids:
+        tool = pyspy_for(pid)
+        if tool:
+            procs[pid] = subprocess.Popen([tool, "dump", "--pid", str(pid), "--native"], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    done: Dict[int, Dict[str, Any]] = {}
+    for pid, proc in procs.items():
+        try:
+            out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            continue
+        text = out.decode("utf-8", "replace")
+        if proc.returncode == 0 and sf.parse(text):
+            done[pid] = _write(folder, pid, sf.VIA_PYSPY, text)
+    return done
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def _by_faulthandler(folder: str, pids: List[int], deadline: float) -> Dict[int, Dict[str, Any]]:
+    """Each registered pid's signal sent at once; its dump read once its file stops growing."""
+    sent: Dict[int, Tuple[str, int]] = {}
+    for pid in pids:
+        signum = _signal_of(folder, pid)
+        path = os.path.join(folder, sf.name(pid, sf.FAULT_SUFFIX))
+        before = _size(path)
+        if signum is None or before < 0:
+            continue
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            continue
+        sent[pid] = (path, before)
+    grown: Dict[int, Tuple[int, float]] = {}
+    done: Dict[int, Dict[str, Any]] = {}
+    while sent and time.monotonic() < deadline:
+        now = time.monotonic()
+        for pid, (path, before) in list(sent.items()):
+            size = _size(path)
+            if size > before and grown.get(pid, (None,))[0] == size and now - grown[pid][1] >= SETTLE:
+                with open(path, "rb") as fh:
+                    fh.seek(before)
+                    done[pid] = _write(folder, pid, sf.VIA_FAULTHANDLER, fh.read().decode("utf-8", "replace"))
+                del sent[pid]
+            elif size > before and grown.get(pid, (None,))[0] != size:
+                grown[pid] = (size, now)
+        time.sleep(POLL)
+    return done
+
+
+def _tidy(folder: str) -> None:
+    """Records of processes that are gone (killed before their exit could remove them)."""
+    for entry in _names(folder):
+        if not entry.endswith(sf.SIGNAL_SUFFIX) or not entry.split(".")[0].isdigit():
+            continue
+        pid = int(entry.split(".")[0])
+        if running(pid):
+            continue
+        for suffix in (sf.SIGNAL_SUFFIX, sf.FAULT_SUFFIX):
+            path = os.path.join(folder, sf.name(pid, suffix))
+            if suffix == sf.SIGNAL_SUFFIX or _size(path) == 0:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def take(d: str, run_id: str, wait: float = WAIT) -> List[Dict[str, Any]]:
+    """Every Python process's stacks now: [{pid, file, threads, via}], a process that did not answer
+    with file None and `error`."""
+    folder = os.path.join(d, p.STACKS)
+    os.makedirs(folder, exist_ok=True)
+    pids = python_pids(folder, run_id)
+    _tidy(folder)
+    deadline = time.monotonic() + wait
+    done = _by_pyspy(folder, pids, deadline)
+    # Those py-spy could not do get their faulthandler's time of their own, however long py-spy took.
+    done.update(_by_faulthandler(folder, [pid for pid in pids if pid not in done], max(deadline, time.monotonic() + wait / 2)))
+    out = []
+    for pid in pids:
+        if pid in done:
+            out.append(done[pid])
+            continue
+        via = sf.VIA_FAULTHANDLER if _signal_of(folder, pid) is not None else (sf.VIA_PYSPY if pyspy_for(pid) else None)
+        why = ("no answer within %gs" % wait) if via else "neither py-spy nor gpuops' faulthandler is there"
+        out.append({"pid": pid, "file": None, "threads": 0, "via": via, "error": why})
+    return out
+
+
+def recorded(d: str) -> List[Dict[str, Any]]:
+    """The stacks last taken of the run, each attempt's (a restarted run keeps attempts/<n>/stacks/)."""
+    out: List[Dict[str, Any]] = []
+    attempts = sorted(int(n) for n in _names(os.path.join(d, p.ATTEMPTS)) if n.isdigit())
+    for n, base in [(n, p.attempt_dir(d, n)) for n in attempts] + [(None, d)]:
+        listed = (read_json(os.path.join(base, p.ABORT_DONE)) or {}).get("stacks")
+        names = sorted(n for n in _names(os.path.join(base, p.STACKS)) if n.endswith(sf.TEXT_SUFFIX))
+        rows = listed if isinstance(listed, list) else [{"pid": int(x.split(".")[0]), "file": p.STACKS + "/" + x}
+                                                        for x in names if x.split(".")[0].isdigit()]
+        for row in rows:
+            out.append({**row, **({"attempt": n} if n is not None else {}), "base": base})
+    return out
+
+
+def _text(base: str, row: Dict[str, Any]) -> str:
+    if not row.get("file"):
+        return ""
+    try:
+        with open(os.path.join(base, str(row["file"])), encoding="utf-8", errors="replace") as fh:
+            return fh.read(4 << 20)
+    except OSError:
+        return ""
+
+
+def tool_stacks(argv: List[str]) -> int:
+    """stacks RUN_ID [recorded]: each Python process's stacks (taken now, or as recorded), with their text."""
+    run_id, mode = argv[0], (argv[1:] or ["now"])[0]
+    d = p.run_dir(run_id)
+    if not os.path.isdir(d):
+        sys.stderr.write("stacks: no run directory %s\n" % d)
+        return 2
+    rows = recorded(d) if mode == "recorded" else [{**r, "base": d} for r in take(d, run_id)]
+    for row in rows:
+        base = row.pop("base")
+        text = _text(base, row)
+        row.setdefault("threads", len(sf.parse(text)))
+        print(p.mark("stacks", json.dumps({**row, "text": text}, sort_keys=True)))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,59 @@
+"""`gpuops stacks [RUN]` (every thread's stack of the live run's Python processes, now, the run going on) and
+`gpuops logs --stacks [RUN]` (the stacks recorded before its abort), on each target asked for."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterator
+
+from gpuops.cli.run_flow import drive, each_target, renderer
+from gpuops.cli.junit import NO_REPORT
+from gpuops.cli.targets import load_jobs
+from gpuops.cli.which_run import check_run_id, pick
+from gpuops.client.events import Event, Outcome
+from gpuops.errors import ExitCode, NoRun, UsageError
+
+
+def run_stacks(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool,
+               run_id: str | None, recorded: bool, as_json: bool, verbose: bool) -> int:
+    if run_id is not None:
+        check_run_id(run_id)
+    jobs = load_jobs(inventory, playbook, targets, every, need_env=False)
+    if run_id is not None and len(jobs) > 1:
+        raise UsageError(f"run {run_id} is a run of one target: pass one -t (not {', '.join(j.target.name for j in jobs)})")
+    work = functools.partial(_one, run_id=run_id, recorded=recorded)
+    return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), NO_REPORT, as_json=as_json,
+                       verbose=verbose, ordered=True)
+
+
+def _one(job: Any, render: Any, *, run_id: str | None, recorded: bool) -> int:
+    try:
+        return drive(_events(job, run_id, recorded), render, job.target.name, {})
+    finally:
+        job.transport.close()
+
+
+def _events(job: Any, run_id: str | None, recorded: bool) -> Iterator[Event | Outcome]:
+    picked = pick(job, run_id)
+    run = picked.row["run"] if picked.row is not None else picked.info.run_id
+    if not recorded and (picked.row is not None or picked.info.state != "running"):
+        state = picked.row.get("outcome") if picked.row is not None else picked.info.state
+        raise NoRun(f"{job.target.name}: run {run} is not running ({state}): it has no live stacks",
+                    hint="`gpuops logs --stacks` shows the stacks recorded before its abort")
+    rows = job.agent.stacks(run, recorded=recorded)
+    for row in rows:
+        yield Event("stacks", job.target.name, run, row)
+    threads = sum(int(r.get("threads") or 0) for r in rows)
+    silent = [str(r["pid"]) for r in rows if not r.get("file")]
+    if not rows:
+        said = ("no stacks were recorded (watch.stacks, or no Python process was running)" if recorded
+                else "no Python process of the run is running")
+    else:
+        said = (f"{'recorded' if recorded else 'now'}: {len(rows)} Python process(es), {threads} thread(s)"
+                + (f"; no answer from pid {', '.join(silent)}" if silent else ""))
+    yield Outcome("stacks", ExitCode.OK, f"run {run}: {said}", {"run": run, "stacks": [_entry(r) for r in rows]})
+
+
+def _entry(row: dict[str, Any]) -> dict[str, Any]:
+    """A process's line of the summary's `stacks` (as the abort record has it: no text)."""
+    return {k: row[k] for k in ("pid", "file", "threads", "via", "attempt", "error") if k in row}
