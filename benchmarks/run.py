@@ -34,6 +34,7 @@ from bench_compile_guard import bench_compile_guard
 from bench_faults import bench_faults
 from bench_guard import bench_guard
 from bench_idle import bench_first_contact, bench_wd_idle, bench_wd_latency
+from bench_ssh import bench_status
 from bench_wdcost import bench_telemetry, bench_wd_cpu
 from bench_watchdog import bench_wd_abort, bench_wd_kill
 from bench import FakeProxmox, SshServer  # noqa: E402
@@ -74,98 +75,6 @@ def bench_startup(args: argparse.Namespace) -> list[Row]:
         Row("start-up: gpuops validate", valid, baseline_name="python -c 'import click'", baseline=click,
             target="<= 100 ms", met=statistics.median(valid) <= 0.100, note=f"click alone {base * 1000:.0f} ms"),
     ]
-
-
-# -- status cost -------------------------------------------------------------------------
-
-
-def _multi_inventory(path: Path, servers: list[tuple[SshServer, FakeProxmox]], cts: tuple[int, ...]) -> None:
-    lines = ["hosts:"]
-    for i, (s, _) in enumerate(servers):
-        lines += [f"  pve{i}:", f"    address: {s.host}", f"    port: {s.port}", f"    user: {s.user}",
-                  f"    identity_file: {s.client_key}", f"    known_hosts: {s.known_hosts}"]
-    lines.append("targets:")
-    for i, _ in enumerate(servers):
-        for ct in cts:
-            lines += [f"  ct{ct}-{i}:", f"    host: pve{i}", f"    ctid: {ct}"]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def machine_cpu() -> float:
-    """CPU seconds every process on this machine has used (/proc/stat): gpuops, sshd, the stand-ins."""
-    with open("/proc/stat") as fh:
-        ticks = [int(v) for v in fh.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
-
-
-def timed_cpu(argv: list[str]) -> tuple[float, float, float]:
-    """(wall, gpuops' own CPU, the whole machine's CPU) of one run."""
-    before, machine = resource.getrusage(resource.RUSAGE_CHILDREN), machine_cpu()
-    wall = timed(argv, 1)[0]
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, own, machine_cpu() - machine
-
-
-def bench_status(args: argparse.Namespace) -> list[Row]:
-    runs = args.runs
-    tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
-    one = _servers(1, (200,))
-    four = _servers(4, (200, 201))
-    try:
-        s, _ = one[0]
-        write_inventory(tmp / "one.yaml", s)
-        _multi_inventory(tmp / "eight.yaml", four, (200, 201))
-        raw_cmd = s.ssh_argv() + ["pct exec 200 -- nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits"]
-        raw, st1, st8, raw8 = [], [], [], []
-        cpu1, cpu8, machine1, machine8 = [], [], [], []
-        for _ in range(runs):  # interleaved, so load changes hit both alike
-            raw += timed(raw_cmd, 1)
-            wall, own, machine = timed_cpu(GPUOPS + ["status", "-i", str(tmp / "one.yaml")])
-            st1.append(wall), cpu1.append(own), machine1.append(machine)
-            wall, own, machine = timed_cpu(GPUOPS + ["status", "-i", str(tmp / "eight.yaml")])
-            st8.append(wall), cpu8.append(own), machine8.append(machine)
-            raw8.append(_raw_parallel(four, (200, 201)))
-        before = s.connection_count()
-        r = subprocess.run(GPUOPS + ["status", "-v", "-i", str(tmp / "one.yaml")], capture_output=True, text=True)
-        cost = r.stderr.strip().splitlines()[-1]
-        conns = s.connection_count() - before
-        before8 = [srv.connection_count() for srv, _ in four]
-        r8 = subprocess.run(GPUOPS + ["status", "-v", "-i", str(tmp / "eight.yaml")], capture_output=True, text=True)
-        cost8 = r8.stderr.strip().splitlines()[-1]
-        conns8 = sum(srv.connection_count() - b for (srv, _), b in zip(four, before8))
-        ratio1 = statistics.median(st1) / statistics.median(raw)
-        ratio8 = statistics.median(st8) / statistics.median(st1)
-        ncpu = os.cpu_count() or 1
-        med = statistics.median
-        floor8 = med(machine8) / ncpu  # the 8 targets' work, spread perfectly over every CPU here
-        return [
-            Row("status: 1 target (ssh + pct)", st1, baseline_name="raw ssh 'pct exec 200 -- nvidia-smi ...'", baseline=raw,
-                target="ratio <= 0.9 (issue 21)", met=ratio1 <= 0.9,
-                note=f"{cost}; sshd saw {conns} connection(s); gpuops CPU {med(cpu1) * 1000:.0f} ms"),
-            Row("status: 8 targets over 4 sshd", st8, baseline_name="gpuops status, 1 target", baseline=st1,
-                target="ratio <= 1.5", met=ratio8 <= 1.5,
-                note=f"{cost8}; sshd saw {conns8} connection(s). "
-                     f"gpuops CPU {med(cpu8) * 1000:.0f} ms (1 target: {med(cpu1) * 1000:.0f} ms); the whole machine's CPU "
-                     f"{med(machine8) * 1000:.0f} ms per run (1 target: {med(machine1) * 1000:.0f} ms): the 4 fake hosts' sshd "
-                     f"and stand-ins run on this machine's {ncpu} CPUs, so no run can take under {floor8 * 1000:.0f} ms "
-                     f"({floor8 / med(st1):.2f}x one target). The same 8 probes as raw ssh, 4 hosts in parallel: "
-                     f"{med(raw8) * 1000:.0f} ms ({med(raw8) / med(raw):.2f}x one raw call)"),
-        ]
-    finally:
-        _stop(one)
-        _stop(four)
-
-
-def _raw_parallel(servers: list[tuple[SshServer, FakeProxmox]], cts: tuple[int, ...]) -> float:
-    """What 8 targets cost without gpuops: one ssh per host, its containers' nvidia-smi, all hosts at once."""
-    query = "nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits"
-    cmd = "; ".join(f"pct exec {ct} -- {query}" for ct in cts)
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen(s.ssh_argv() + [cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for s, _ in servers]
-    for p in procs:
-        p.wait()
-    return time.perf_counter() - t0
 
 
 # -- abort latency -----------------------------------------------------------------------

@@ -315,7 +315,7 @@ def test_follow_survives_connections_killed_three_times(ct: Ct) -> None:
     assert_every_line_once(numbers(result.out), count)
     assert result.out == ct.log(), "the output differs from the log's bytes"
     assert result.err.count("reconnected; resuming at byte") >= 3, result
-    assert ct.sshd.connection_count() - before >= 4  # the first connection and one per drop
+    assert ct.sshd.connection_count() - before >= 3  # one per drop (the follow starts on launch's ControlMaster)
     ct.assert_run_gone()
 
 

@@ -7,6 +7,7 @@ every call (benchmarks/run.py measures the time; these tests keep the imports fr
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,9 +43,9 @@ PROBE = textwrap.dedent(
 )
 
 
-def imports_of(*args: str) -> dict:
+def imports_of(*args: str, env: dict[str, str] | None = None) -> dict:
     r = subprocess.run([sys.executable, "-c", PROBE, "-", *args], capture_output=True, text=True, cwd=REPO,
-                       timeout=120, stdin=subprocess.DEVNULL)
+                       timeout=120, stdin=subprocess.DEVNULL, env=None if env is None else {**os.environ, **env})
     return json.loads(r.stderr.rsplit("@@", 1)[1])
 
 
@@ -54,14 +55,22 @@ def test_help_imports_no_ssh_yaml_or_terminal_library() -> None:
     assert seen["imported"] == []
 
 
-def test_status_over_ssh_imports_paramiko_and_yaml_only(tmp_path: Path, sshd: SshServer,
-                                                      fake_proxmox: FakeProxmox) -> None:
+def test_status_over_ssh_imports_yaml_only(tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox) -> None:
     fake_proxmox.add_container(200)
     inv = write_inventory(tmp_path / "inv.yaml", sshd)
     seen = imports_of("status", "-i", str(inv))
     assert seen["code"] == 0, seen
-    # tenacity only after a failed connect; invoke only for ~/.ssh/config `Match exec`; rich only on a terminal;
-    # no playbook or Ansible model for a gpuops inventory, no thread pool for one target.
+    # the user's ssh binary connects: no paramiko; tenacity only after a failed connect; invoke only for
+    # ~/.ssh/config `Match exec`; rich only on a terminal; no playbook or Ansible model for a gpuops inventory.
+    assert seen["imported"] == ["yaml"], seen
+
+
+def test_status_without_an_ssh_binary_imports_paramiko_and_yaml_only(tmp_path: Path, sshd: SshServer,
+                                                                     fake_proxmox: FakeProxmox) -> None:
+    fake_proxmox.add_container(200)
+    inv = write_inventory(tmp_path / "inv.yaml", sshd)
+    seen = imports_of("status", "-i", str(inv), env={"PATH": str(tmp_path)})  # no `ssh` there
+    assert seen["code"] == 0, seen
     assert seen["imported"] == ["paramiko", "yaml"], seen
     # paramiko still knows its own version (read without importlib.metadata), and whoever imports
     # importlib.metadata afterwards gets the real module, not the stand-in used during the import.

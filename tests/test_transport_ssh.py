@@ -29,6 +29,7 @@ from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotR
 from gpuops.transport import Pool
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
+from gpuops.transport.ssh import SshTransport
 from gpuops.transport.lowlatency import LowLatencySocket
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,18 +114,19 @@ def test_one_connection_serves_every_command_of_an_invocation(tmp_path: Path, ss
 
 
 def test_connections_send_and_acknowledge_at_once(tmp_path: Path, sshd: SshServer, bastion: SshServer) -> None:
-    # Nagle plus delayed ACKs cost ~40 ms per request/response on the SSH handshake and on each
+    # paramiko's connections (no `ssh` binary): Nagle plus delayed ACKs cost ~40 ms per request/response on the SSH handshake and on each
     # channel open (benchmarks/run.py status shows it); the socket under every connection opts out,
     # a jump host's too (the target's connection runs inside the jump's channel, over that socket).
     direct = write_inventory(tmp_path / "direct.yaml", sshd, ctid=None)
     jumped = write_inventory(tmp_path / "jumped.yaml", sshd, ctid=None, jump="bastion",
                              extra_hosts={"bastion": host_entry(bastion)})
     for inv, hops in ((direct, 1), (jumped, 2)):
-        pool = pool_for(inv)
+        hosts = load_inventory(str(inv)).hosts
+        pool = SshTransport(hosts["pve1"], hosts, retry_time=5)  # paramiko: where there is no `ssh` binary
         try:
             for i in range(3):
-                assert pool.host("pve1").run(Cmd("echo", str(i)), timeout=30).out == f"{i}\n"
-            clients = pool.host("pve1")._conn.clients
+                assert pool.run(Cmd("echo", str(i)), timeout=30).out == f"{i}\n"
+            clients = pool._conn.clients
             assert len(clients) == hops
             sock = clients[0].get_transport().sock
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
@@ -146,7 +148,7 @@ def test_status_over_two_targets_on_one_host_makes_one_connection(
     assert sshd.connection_count() == 1
 
 
-def test_launch_detach_status_stop_each_make_one_connection(
+def test_launch_detach_status_logs_stop_share_one_login_through_gpuops_own_master(
     tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox
 ) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", sshd)
@@ -156,10 +158,11 @@ def test_launch_detach_status_stop_each_make_one_connection(
         "launch: {session: conn-train, command: fake-train --mode steps --gpus 2 --steps 100000 --interval 0.2}\n"
         "watch: {stall_timeout: 0}\nabort: {grace: 2}\n"
     )
-    for i, command in enumerate((["launch", "--detach", "--yes"], ["status"], ["logs"], ["stop"]), start=1):
+    for i, command in enumerate((["launch", "--detach", "--yes"], ["status", "-v"], ["logs"], ["stop"])):
         result = gpuops(*command, "-i", str(inv), "-p", str(pb))
         assert result.returncode == 0, (command, result.stderr)
-        assert sshd.connection_count() == i, command
+        assert sshd.connection_count() == 1, command  # the first command's ControlMaster serves the later ones
+    assert "gpuops: 0 SSH connection(s)" in gpuops("status", "-v", "-i", str(inv)).stderr
 
 
 # -- pct: inside the container ----------------------------------------------------------------

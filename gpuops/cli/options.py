@@ -54,6 +54,8 @@ def report_cost(verbose: bool, transports: Any) -> None:
     conns = sum(t.connections_made for t in transports)
     cmds = sum(t.commands for t in transports)
     sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
+    for client in sorted(getattr(sys.modules.get("gpuops.transport"), "clients_used", ())):
+        sys.stderr.write(f"gpuops: SSH connections through {client}\n")
     resolver = sys.modules.get("gpuops.transport.sshresolve")
     for reader in sorted(getattr(resolver, "readers_used", ())):
         sys.stderr.write(f"gpuops: ssh configuration resolved by {reader}\n")

@@ -1,6 +1,7 @@
 """Transports: local, ssh, and pct wrapping either; one connection per host per invocation.
 
-Each kind is imported when a host of that kind is first used: ssh's brings paramiko, pct's the agent's
+An SSH host is reached with the user's `ssh` binary (openssh.py), or with paramiko where there is none (ssh.py).
+Each kind is imported when a host of that kind is first used: paramiko only without `ssh`, pct's the agent's
 wire, and `gpuops status` starts connecting (Pool.connect_soon) before it imports what it does not
 need for that."""
 
@@ -9,14 +10,15 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Any
+from typing import Any, Mapping
 
-from gpuops.config.model import Inventory, Target
+from gpuops.config.model import Host, Inventory, Target
 from gpuops.errors import UsageError
 from gpuops.transport.base import HostSide, Result, Stream, Transport
 
 __all__ = ["Pool", "Result", "Stream", "Transport", "dry_transport"]
 
+clients_used: set[str] = set()  # which SSH client carried the connections: what -v reports
 RETRY_TIME = 30.0
 RETRY_TIME_ENV = "GPUOPS_CONNECT_RETRY_TIME"
 
@@ -41,6 +43,9 @@ class Pool:
     def __init__(self, inventory: Inventory, *, retry_time: float | None = None) -> None:
         self.inventory = inventory
         self.retry_time = retry_time_from_env() if retry_time is None else retry_time
+        # A refused first connect is said at once (a wrong port, no sshd: ssh knows in milliseconds), unless the
+        # caller gave a retry budget: then gpuops waits for a host that is coming up.
+        self.wait_refused = retry_time is not None or bool(os.environ.get(RETRY_TIME_ENV, "").strip())
         self._hosts: dict[str, Transport] = {}
         self._lock = threading.Lock()
 
@@ -53,9 +58,7 @@ class Pool:
 
                     self._hosts[name] = LocalTransport(name, command_timeout=host.command_timeout)
                 else:
-                    from gpuops.transport.ssh import SshTransport
-
-                    self._hosts[name] = SshTransport(host, self.inventory.hosts, retry_time=self.retry_time)
+                    self._hosts[name] = _ssh_transport(host, self.inventory.hosts, self.retry_time, self.wait_refused)
             return self._hosts[name]
 
     def target(self, target: Target) -> Transport:
@@ -73,7 +76,7 @@ class Pool:
         if any(self.inventory.hosts[n].transport == "ssh" for n in names):
             from gpuops.transport.sshresolve import resolve_hosts_soon
 
-            resolve_hosts_soon(self.inventory.hosts, names)  # `ssh -G` first: it runs while paramiko is imported
+            resolve_hosts_soon(self.inventory.hosts, names)  # `ssh -G` first: it runs while the rest is imported
         for name in names:
             self.host(name).connect_soon()
 
@@ -91,6 +94,27 @@ class Pool:
     def close(self) -> None:
         for transport in self._hosts.values():
             transport.close()
+
+
+def ssh_client() -> str | None:
+    """The user's `ssh` binary on PATH; None where there is none (then paramiko connects)."""
+    import shutil
+
+    return shutil.which("ssh")
+
+
+def _ssh_transport(host: Host, hosts: Mapping[str, Host], retry_time: float, wait_refused: bool) -> Transport:
+    """The user's OpenSSH client carries the connection; paramiko only where there is no `ssh` binary."""
+    ssh = ssh_client()
+    if ssh:
+        from gpuops.transport.openssh import OpenSshTransport
+
+        clients_used.add(f"OpenSSH ({ssh})")
+        return OpenSshTransport(host, hosts, ssh=ssh, retry_time=retry_time, wait_refused=wait_refused)
+    from gpuops.transport.ssh import SshTransport
+
+    clients_used.add("paramiko (no ssh on PATH)")
+    return SshTransport(host, hosts, retry_time=retry_time)
 
 
 class _DryHost(HostSide):

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuops.transport._paramiko import paramiko
 
+from gpuops.transport.sshplan import known_hosts_name, read_known_hosts as _read_known_hosts
 from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey, os_reason
 
 _append_lock = threading.Lock()
@@ -65,11 +66,6 @@ def record_host_key(path: str, hostname: str, key: paramiko.PKey) -> None:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-
-def known_hosts_name(hostname: str, port: int) -> str:
-    """How known_hosts (and paramiko's lookup, and `ssh-keygen -R`) name a server: `[host]:port` off port 22."""
-    return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
 def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port: int, *,
@@ -127,23 +123,6 @@ def load_known_hosts(client: paramiko.SSHClient, path: str, hostname: str, port:
             if known is None or entry.key.get_name() not in known:
                 keys.add(h, entry.key.get_name(), entry.key)
     return frozenset(revoked)
-
-
-def _read_known_hosts(path: str, label: str) -> str | None:
-    """The file's text (undecodable bytes kept as surrogates: they match no name), None when there is
-    none; a directory or a file we may not read is the user's to fix, said before any connection."""
-    try:
-        with open(os.path.expanduser(path), "rb") as fh:
-            return fh.read().decode("utf-8", "surrogateescape")
-    except (FileNotFoundError, NotADirectoryError):
-        return None  # as OpenSSH: no file, no known key (accept-new creates it)
-    except IsADirectoryError:
-        problem = "is a directory, expected a file"
-    except OSError as exc:
-        problem = f"is not readable ({os_reason(exc)})"
-    raise SshFileError(label, f"known_hosts {path} {problem}", hint=(
-        "set known_hosts in the inventory (or UserKnownHostsFile in ~/.ssh/config) to a file the user gpuops runs "
-        "as can read; a file that does not exist yet is fine: no key is known"))
 
 
 def _names(field: str, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""An SSH host: one paramiko connection per host (its jump chain in sshchain.py), commands on raw channels, retries."""
+"""An SSH host where there is no `ssh` binary: one paramiko connection per host (its jump chain in sshchain.py), commands on raw channels, retries."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from gpuops.transport._paramiko import paramiko
 from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
-from gpuops.transport.base import HostSide, Result
-from gpuops.transport.head_start import Early
+from gpuops.transport.base import Result
+from gpuops.transport.connecting import Connecting, ConnectionLost
 from gpuops.transport.sshchain import _Connection
 from gpuops.transport.sshplan import where as _where
 
@@ -25,10 +25,6 @@ from gpuops.transport.sshplan import where as _where
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EPIPE}
-
-
-class ConnectionLost(ConnectError):
-    """The connection dropped while a command was running."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -92,23 +88,12 @@ class SshStream:
         self._chan.close()
 
 
-class SshTransport(HostSide):
-    """One SSH host, connected lazily, once, and reused for every command."""
+class SshTransport(Connecting):
+    """One SSH host through paramiko (where there is no `ssh` binary), connected lazily, once, and reused."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, retry_time: float = 30.0) -> None:
-        self.host = host
+        super().__init__(host, retry_time=retry_time)
         self.hosts = hosts
-        self.label = host.name
-        self.retry_time = retry_time
-        self._conn: Any = None
-        self._early: Early | None = None
-        self._lock = threading.Lock()
-        self.connections_made = 0
-        self.commands = 0
-
-    @property
-    def command_timeout(self) -> float:
-        return self.host.command_timeout
 
     # -- rendering -------------------------------------------------------------------
 
@@ -120,112 +105,21 @@ class SshTransport(HostSide):
 
     # -- connection ------------------------------------------------------------------
 
-    # Every attempt runs in its own thread (transport/early.py) and callers wait for it without holding
-    # the lock: Ctrl-C ends a wait at once, close() never waits for a handshake (a silent host held it
-    # for its whole connect timeout), and threads asking for one host share one attempt.
-
-    def connect_soon(self) -> None:
-        with self._lock:
-            if self._early is None and not self._active():
-                self._start_locked()
-
-    def connect(self) -> None:
-        with self._lock:
-            if self._early is None:
-                if self._active():
-                    return
-                self._start_locked()
-            early = self._early
-        self._adopt(early)
-
-    def reconnect(self) -> None:
-        with self._lock:
-            self._start_locked()
-            early = self._early
-        self._adopt(early)
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-
     def _active(self) -> bool:
         return self._conn is not None and self._conn.is_active()
 
-    def _start_locked(self) -> None:
-        """A new attempt in its thread; the connection there (or an attempt under way) is dropped first."""
-        self._drop()
-        self._early = Early(self._connect_with_retries, close=lambda conn: conn.close())
+    def _transient(self, exc: BaseException) -> bool:
+        return is_transient(exc)
 
-    def _adopt(self, early: Early) -> None:
-        """Wait for the attempt; its connection becomes this host's, its error is raised (once: the next
-        connect() makes a new attempt)."""
-        try:
-            conn = early.result()
-        except BaseException as exc:
-            with self._lock:
-                if self._early is early:
-                    self._early = None
-            if not isinstance(exc, Exception):  # Ctrl-C while it connects: its connection is closed when made
-                early.discard()
-            raise
-        with self._lock:
-            if self._early is early:
-                self._early, self._conn = None, conn
-            elif conn is None or self._conn is not conn:  # closed while it connected: nothing to adopt
-                raise ConnectionLost(self.label, "the connection was closed while it was being made")
-
-    def _drop(self) -> None:
-        if self._early is not None:
-            self._early.discard()
-            self._early = None
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # closing a dead connection may raise anything; it is gone either way
-                pass
-            self._conn = None
-
-    def _connect_with_retries(self) -> Any:
-        started = time.monotonic()
-        try:
-            try:
-                conn = self._connect_once()
-            except Exception as exc:
-                if not is_transient(exc) or self.retry_time <= 0:
-                    raise
-                # tenacity is imported here, on the first failure, not on every start-up (10-15 ms).
-                conn = self._retry(self.retry_time - (time.monotonic() - started))
-        except GpuopsError:
-            raise
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise ConnectError(
-                self.label,
-                f"cannot connect to {_where(self.host)}: {_describe_connect(exc, self.host.connect_timeout)}"
-                f" (gave up after {self.retry_time:g}s of retries)",
-                hint="check the address and port in the inventory, and that sshd is running",
-            ) from None
-        self.connections_made += 1
-        return conn
-
-    def _retry(self, budget: float) -> Any:
-        """The attempts after a first transient failure: exponential backoff with jitter
-        (0.25 s, 0.5 s, 1 s ... at most 4 s), never sleeping past the budget left."""
-        import random
-
-        from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
-
-        first_wait = max(0.0, min(0.25 + random.uniform(0, 0.25), budget))
-        time.sleep(first_wait)
-        budget -= first_wait
-        backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.25)
-
-        def wait(state: Any) -> float:
-            # The last attempt starts when the budget ends.
-            return max(0.0, min(backoff(state), budget - state.seconds_since_start))
-
-        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait,
-                            retry=retry_if_exception(is_transient), reraise=True)
-        return retrying(self._connect_once)
+    def _failure(self, exc: BaseException) -> GpuopsError | None:
+        if not isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
+            return None
+        return ConnectError(
+            self.label,
+            f"cannot connect to {_where(self.host)}: {_describe_connect(exc, self.host.connect_timeout)}"
+            f" (gave up after {self.retry_time:g}s of retries)",
+            hint="check the address and port in the inventory, and that sshd is running",
+        )
 
     def _connect_once(self) -> Any:
         return _Connection.open(self.host, self.hosts)

@@ -4,17 +4,16 @@ of the one before (the first over the ProxyCommand's pipe when there is one)."""
 
 from __future__ import annotations
 
-import getpass
 import os
 from typing import Any, Mapping
 
 from gpuops.transport._paramiko import paramiko
 
 from gpuops.config.model import Host
-from gpuops.errors import AuthError, ConnectError, SshFileError, os_reason
+from gpuops.errors import AuthError, ConnectError
 from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.lowlatency import transport_factory
-from gpuops.transport.sshplan import Hop, plan_chain, where
+from gpuops.transport.sshplan import Hop, identity_file_path, plan_chain, where
 
 
 class _Connection:
@@ -56,7 +55,7 @@ class _Connection:
 def prepare(hop: Hop) -> None:
     """A client with this hop's known_hosts loaded and its key policy set: local work only."""
     if hop.host.identity_file:
-        hop.keys = [_identity_file(hop.host)]
+        hop.keys = [identity_file_path(hop.host)]
     hop.client = paramiko.SSHClient()
     hop.revoked = load_known_hosts(hop.client, hop.known_hosts, hop.hostname, hop.port, label=hop.host.name)
     policy = HostKeyPolicy(hop.host.name, hop.policy, hop.known_hosts, hop.revoked)
@@ -81,25 +80,6 @@ def connect_hop(hop: Hop, sock: Any) -> None:
         raise bad_key_error(hop.host.name, exc, hop.known_hosts, hop.port, hop.revoked) from None
     except paramiko.AuthenticationException as exc:
         raise _auth_error(hop, exc) from None
-
-
-def _identity_file(host: Host) -> str:
-    """The inventory's identity_file, expanded; one that cannot be read is said now, not as a failed login."""
-    path = os.path.expanduser(str(host.identity_file))
-    try:
-        with open(path, "rb"):
-            return path
-    except (FileNotFoundError, NotADirectoryError):
-        problem = "does not exist"
-    except IsADirectoryError:
-        problem = "is a directory, expected a private key file"
-    except OSError as exc:
-        raise SshFileError(host.name, f"identity_file {host.identity_file} is not readable ({os_reason(exc)})",
-                           hint=f"gpuops runs as {getpass.getuser()}: that user must be able to read the key "
-                                "(its owner, mode 600)") from None
-    raise SshFileError(host.name, f"identity_file {host.identity_file} {problem}",
-                       hint=f"fix hosts.{host.name}.identity_file in the inventory (here it means {path}), "
-                            "or leave it out to use ssh-agent and ~/.ssh/config keys")
 
 
 def _tunnel(client: Any, via: str, hop: Hop) -> Any:

@@ -4,13 +4,14 @@ show the chain without importing it; sshchain.py connects it."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gpuops.config.model import Host
-from gpuops.errors import UsageError
+from gpuops.errors import SshFileError, UsageError, os_reason
 from gpuops.transport.sshresolve import Resolved, explicit_args, resolve
 
 
@@ -19,6 +20,45 @@ def where(host: Host) -> str:
     return f"{address}:{host.port}" if host.port else address
 
 
+def known_hosts_name(hostname: str, port: int) -> str:
+    """How known_hosts (and ssh's messages, and `ssh-keygen -R`) name a server: `[host]:port` off port 22."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+def read_known_hosts(path: str, label: str) -> str | None:
+    """The file's text (undecodable bytes kept as surrogates: they match no name), None when there is
+    none; a directory or a file we may not read is the user's to fix, said before any connection."""
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            return fh.read().decode("utf-8", "surrogateescape")
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # as OpenSSH: no file, no known key (accept-new creates it)
+    except IsADirectoryError:
+        problem = "is a directory, expected a file"
+    except OSError as exc:
+        problem = f"is not readable ({os_reason(exc)})"
+    raise SshFileError(label, f"known_hosts {path} {problem}", hint=(
+        "set known_hosts in the inventory (or UserKnownHostsFile in ~/.ssh/config) to a file the user gpuops runs "
+        "as can read; a file that does not exist yet is fine: no key is known"))
+
+
+def identity_file_path(host: Host) -> str:
+    """The inventory's identity_file, expanded; one that cannot be read is said now, not as a failed login."""
+    path = os.path.expanduser(str(host.identity_file))
+    try:
+        with open(path, "rb"):
+            return path
+    except (FileNotFoundError, NotADirectoryError):
+        problem = "does not exist"
+    except IsADirectoryError:
+        problem = "is a directory, expected a private key file"
+    except OSError as exc:
+        raise SshFileError(host.name, f"identity_file {host.identity_file} is not readable ({os_reason(exc)})",
+                           hint=f"gpuops runs as {getpass.getuser()}: that user must be able to read the key "
+                                "(its owner, mode 600)") from None
+    raise SshFileError(host.name, f"identity_file {host.identity_file} {problem}",
+                       hint=f"fix hosts.{host.name}.identity_file in the inventory (here it means {path}), "
+                            "or leave it out to use ssh-agent and ~/.ssh/config keys")
 
 
 @dataclass
@@ -36,6 +76,7 @@ class Hop:
     keepalive: int = 15
     client: Any = None
     revoked: frozenset[str] = frozenset()
+    cannot_record: str = ""  # accept-new, yet known_hosts cannot take a new key: why (then strict)
 
     def spelled(self) -> str:
         """user@host:port, as validate --json and the dry-run header show a hop."""

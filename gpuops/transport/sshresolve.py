@@ -34,12 +34,18 @@ class Resolved:
     user: str
     identity_files: tuple[str, ...]  # as written (~ unexpanded), in ssh's order
     known_hosts: str  # the first UserKnownHostsFile, ~ for the home folder
+    known_hosts_files: tuple[str, ...]  # every UserKnownHostsFile, in ssh's order, ~ for the home folder
     strict: str  # StrictHostKeyChecking: yes, ask, accept-new, no/off
     proxy_jump: str  # "" when none
     proxy_command: str  # "" when none (%-tokens unexpanded)
     connect_timeout: float | None
     server_alive_interval: int
     host_key_alias: str
+    control_path: str = ""  # ControlPath, expanded by ssh ("" when none)
+    control_master: str = "no"  # ControlMaster: no, yes, auto, ask, autoask
+    control_persist: str = "no"  # ControlPersist: no, yes, or a time
+    identity_agent: str = ""  # IdentityAgent ("" when ssh's default, SSH_AUTH_SOCK)
+    certificate_files: tuple[str, ...] = ()  # CertificateFile, in ssh's order
 
 
 def user_config() -> str:
@@ -118,7 +124,7 @@ def _check_readable(path: str) -> None:
                            hint="make it readable for the user gpuops runs as, or move it away") from None
 
 
-def _config_flag() -> tuple[list[str], str | None]:
+def config_flag() -> tuple[list[str], str | None]:
     """ssh reads the passwd home's ~/.ssh/config; where $HOME differs, gpuops reads $HOME's, as it always has
     (given on ssh's stdin, its Include paths made absolute against $HOME: ssh would take a relative or ~/
     Include from the passwd home's ~/.ssh)."""
@@ -140,19 +146,25 @@ def _rehomed(path: str) -> str:
     ssh_dir = os.path.dirname(os.path.abspath(path))
     home = os.path.expanduser("~")
 
-    def absolute(word: str) -> str:
-        quote = '"' if word.startswith('"') else ""
-        bare = word.strip('"')
+    def absolute(bare: str) -> str:
         if bare.startswith("~/"):
             bare = os.path.join(home, bare[2:])
         elif not bare.startswith(("/", "~")):
             bare = os.path.join(ssh_dir, bare)
-        return f"{quote}{bare}{quote}"
+        return config_word(bare)
 
     def line(found: re.Match[str]) -> str:
-        return found.group(1) + " ".join(absolute(w) for w in found.group(2).split())
+        return found.group(1) + " ".join(absolute(w) for w in split_config_words(found.group(2)))
 
     return re.sub(r"(?im)^(\s*include[\s=]+)(.*)$", line, text)
+
+
+def config_word(word: str) -> str:
+    """A word as ssh_config (and ssh's `-o NAME=VALUE`) reads it back whole: quoted when it holds a space,
+    a quote or a backslash."""
+    if word and not any(c.isspace() or c in "\"'\\" for c in word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _home() -> str:
@@ -171,7 +183,7 @@ def _tilde(path: str) -> str:
 def _openssh(ssh: str, dest: str, args: tuple[str, ...]) -> Resolved:
     if dest.startswith("-"):
         raise UsageError(f"ssh destination {dest!r} starts with '-'")
-    config, text = _config_flag()
+    config, text = config_flag()
     argv = [ssh, "-G", *config, *args, "--", dest]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape", timeout=SSH_G_TIMEOUT,
@@ -195,20 +207,79 @@ def _from_options(options: dict[str, list[str]], dest: str) -> Resolved:
 
     timeout = one("connecttimeout", "none")
     alive = one("serveraliveinterval", "0")
-    known = one("userknownhostsfile", "~/.ssh/known_hosts").split()
+    known = tuple(_tilde(p) for p in ssh_words(one("userknownhostsfile", "~/.ssh/known_hosts")))
     proxy = one("proxycommand", "none")
     jump = one("proxyjump", "none")
     return Resolved(
         hostname=one("hostname", dest), port=int(one("port", "22")), user=one("user") or _local_user(),
         identity_files=tuple(_tilde(p) for p in options.get("identityfile", [])),
-        known_hosts=_tilde(known[0]) if known else "~/.ssh/known_hosts",
+        known_hosts=known[0] if known else "~/.ssh/known_hosts",
+        known_hosts_files=known or ("~/.ssh/known_hosts",),
         strict=one("stricthostkeychecking", "ask").lower(),
         proxy_jump="" if jump.lower() == "none" else jump,
         proxy_command="" if proxy.lower() == "none" else proxy,
         connect_timeout=float(timeout) if timeout.isdigit() else None,
         server_alive_interval=int(alive) if alive.isdigit() else 0,
         host_key_alias=one("hostkeyalias", ""),
+        control_path="" if one("controlpath", "none").lower() == "none" else one("controlpath"),
+        control_master=_control_master(one("controlmaster", "no")),
+        control_persist=one("controlpersist", "no").lower(),
+        identity_agent="" if one("identityagent", "none").lower() in ("none", "ssh_auth_sock") else one("identityagent"),
+        certificate_files=tuple(_tilde(p) for p in options.get("certificatefile", [])),
     )
+
+
+def _control_master(value: str) -> str:
+    """ssh -G prints ControlMaster as true/false/auto/ask/autoask; the config spells them yes/no."""
+    value = value.lower()
+    return {"true": "yes", "false": "no"}.get(value, value)
+
+
+def ssh_words(value: str) -> list[str]:
+    """The words of a list value as `ssh -G` prints it (UserKnownHostsFile): newer OpenSSH quotes a word
+    holding a space (`"/a b/kh" /c`); 9.2 prints it bare (`/a b/kh /c`), so there a word that does not
+    start a path (/ or ~) continues the one before: a path's space is kept, a second file is a new word."""
+    if '"' in value or "'" in value:
+        return split_config_words(value)
+    words: list[str] = []
+    for word in value.split():
+        if words and not word.startswith(("/", "~")):
+            words[-1] += " " + word
+        else:
+            words.append(word)
+    return words
+
+
+def split_config_words(text: str) -> list[str]:
+    """ssh_config's own word splitting (argv_split): whitespace separates, double or single quotes keep a
+    word whole, a backslash escapes a quote, a backslash or (unquoted) a space; quotes are not part of the word."""
+    words: list[str] = []
+    word: list[str] = []
+    quote, started, i = "", False, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and (text[i + 1] in "\\\"'" or (not quote and text[i + 1] == " ")):
+            word.append(text[i + 1])
+            started, i = True, i + 2
+            continue
+        if quote:
+            if c == quote:
+                quote = ""
+            else:
+                word.append(c)
+        elif c in "\"'":
+            quote, started = c, True
+        elif c.isspace():
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+        else:
+            word.append(c)
+            started = True
+        i += 1
+    if started:
+        words.append("".join(word))
+    return words
 
 
 def _local_user() -> str:

@@ -41,7 +41,7 @@ MaxSessions 100
 LogLevel INFO
 Subsystem sftp internal-sftp
 SetEnv {setenv}
-"""
+{extra}"""
 
 
 def _free_port() -> int:
@@ -86,7 +86,8 @@ class SshServer:
     """
 
     def __init__(
-        self, fake_root: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", launcher: Sequence[str] = ()
+        self, fake_root: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", launcher: Sequence[str] = (),
+        extra_config: str = "",
     ) -> None:
         self.fake_root = Path(fake_root) if fake_root is not None else fakes.make_root()
         fakes.ensure_host(self.fake_root)
@@ -94,6 +95,7 @@ class SshServer:
         self.dir.mkdir(exist_ok=True)
         self.host = host
         self.launcher = list(launcher)
+        self.extra_config = extra_config  # more sshd_config lines (e.g. TrustedUserCAKeys); restart() applies a change
         self.user = getpass.getuser()
         self.port = 0
         self.host_key = self.dir / "ssh_host_ed25519_key"
@@ -259,6 +261,7 @@ class SshServer:
                 pid_file=self.pid_file,
                 authorized_keys=self.authorized_keys,
                 setenv=setenv,
+                extra=self.extra_config + ("\n" if self.extra_config and not self.extra_config.endswith("\n") else ""),
             )
         )
         check = subprocess.run([SSHD, "-t", "-f", str(self.config)], capture_output=True, text=True, timeout=30)
