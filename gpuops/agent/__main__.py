@@ -14,6 +14,7 @@ TOOLS = {
     "supervise": "watch.supervise",  # keep a run's watchdog alive (daemon)
     "watchdog": "watch.watchdog",  # watch one run
     "runs": "run.history",  # the run history of this target, as JSON lines
+    "report": "run.collect",  # one run's records, samples and events for its report, as one JSON object
 }
 
 
