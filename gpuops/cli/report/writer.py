@@ -39,11 +39,8 @@ class _Target:
 
 
 def fetch(job: Any, run_id: str | None) -> dict[str, Any]:
-    """The run's records through the job's transport (one round trip)."""
-    from gpuops.client.run_record import read_run_record
-
-    return read_run_record(job.transport, label=job.target.name, timeout=job.timeout, session=job.session,
-                           run_id=run_id)
+    """The run's records through the job's agent (one round trip)."""
+    return job.agent.report(run_id, job.session)
 
 
 def build(sections: list[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],
