@@ -233,10 +233,11 @@ def alive(pid: int | None) -> bool:
 
 
 def artifacts(ran: Ran, code: int) -> tuple[ET.Element, dict[str, Any]]:
-    """The uploaded folder holds the JUnit report, the JSON events and the summary: all consistent."""
+    """The uploaded folder holds the JUnit report, the run's HTML report, the JSON events and the summary: all
+    consistent."""
     (folder,) = ran.artifacts
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["events.jsonl", "report.xml", "summary.json"], names
+    assert names == ["events.jsonl", "report.html", "report.xml", "summary.json"], names
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     assert events and all({"ts", "event", "target"} <= set(e) for e in events)
     summary = events[-1]
@@ -246,6 +247,10 @@ def artifacts(ran: Ran, code: int) -> tuple[ET.Element, dict[str, Any]]:
         assert path == folder / "report.xml"
     root = ET.parse(folder / "report.xml").getroot()
     check_shape(root)
+    page = (folder / "report.html").read_text()
+    if summary.get("run"):  # the run's own page: its id, its outcome, its plots
+        assert f"run {summary['run']}" in page and page.count("<svg") == 3, page[:2000]
+        assert f"exit {summary['exit_code']}" in page and (summary.get("rule") or "") in page
     return root, summary
 
 

@@ -74,6 +74,9 @@ def test_every_action_is_a_node_24_major_and_the_junit_report_is_published() -> 
     (report,) = [s for s in steps() if s.get("uses", "").startswith("mikepenz/action-junit-report@")]
     launch = next(s for s in steps() if s.get("name") == "Launch")["run"]
     assert '--junit "$GPUOPS_REPORT/report.xml"' in launch
+    assert launch.count('--report "$GPUOPS_REPORT/report.html"') == 2  # follow and detach: the run's page
+    upload = next(s for s in steps() if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "gpuops-report/"  # the folder both reports are in
     env = yaml.safe_load(WORKFLOW.read_text())["env"]
     assert report["with"]["report_paths"] == f"{env['GPUOPS_REPORT']}/report.xml"  # the file the launch wrote
     assert report["if"] == "always()"  # a failed launch is what the report is for

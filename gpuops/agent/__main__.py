@@ -15,6 +15,7 @@ TOOLS = {
     "watchdog": "watch.watchdog",  # watch one run
     "runs": "run.history",  # the run history of this target, as JSON lines
     "stacks": "run.stacks",  # every thread's stack of the run's Python processes, now or as recorded
+    "report": "run.collect",  # one run's records, samples and events for its report, as one JSON object
 }
 
 

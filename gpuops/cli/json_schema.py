@@ -161,6 +161,8 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(S), "error": opt(S),
         "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
     }, ("run", "outcome", "exit_code", "command_exit_code")),
+    # -- gpuops report -------------------------------------------------------------------------------------
+    "report": ({"path": S, "outcome": opt(S), "exit_code": opt(EXIT), "plots": I}, ("run", "path", "plots")),
     # -- the last line of launch, logs, stop, validate --------------------------------------------------------
     "summary": ({
         "outcome": S, "exit_code": EXIT, "message": S,

@@ -311,13 +311,9 @@ class Report:
 
 def check_writable(path: str) -> None:
     """Refuse a report path that cannot be written before anything runs, not after a two-hour run."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"--junit {path}: is a directory, expected a file path")
-    if not os.path.isdir(folder):
-        raise UsageError(f"--junit {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"--junit {path}: cannot write there (permission denied)")
+    from gpuops.cli.report.writer import check_writable as check
+
+    check(path, "--junit")
 
 
 def clean(text: str) -> str:

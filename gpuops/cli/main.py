@@ -17,6 +17,9 @@ SEVERAL = ("Several targets (-t repeated, a group, --all) run at once, each line
 junit_option = click.option("--junit", metavar="PATH", shell_complete=complete.files,
                             help="Also write a JUnit XML report to PATH for CI test pages "
                             "(testcases: preflight, each warmup GPU, training).")
+report_option = click.option("--report", "html", metavar="FILE", shell_complete=complete.files,
+                             help="Also write the run's report to FILE when it ends: one self-contained HTML page "
+                             "(summary, plots of throughput, GPU memory and utilisation over the run's time).")
 
 
 class Gpuops(click.Group):
@@ -68,17 +71,20 @@ def main(quiet: bool) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
 @click.option("--timeout", type=Seconds(), help="Stop the run after SECONDS and exit 124.")
 @junit_option
+@report_option
 @boundary
-def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, junit, as_json, verbose) -> int:
+def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, junit, html, as_json, verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
     from gpuops.cli.junit import Report
     from gpuops.cli.launch_cmd import run_launch
+    from gpuops.cli.report.writer import HtmlReport, Reports
 
-    if junit and dry_run:
-        raise click.UsageError("--junit does not apply to --dry-run (nothing runs)")
-    with Report(junit, "launch", _one(targets)) as report:
+    for flag, given in (("--junit", junit), ("--report", html)):
+        if given and dry_run:
+            raise click.UsageError(f"{flag} does not apply to --dry-run (nothing runs)")
+    with HtmlReport(html, "launch", say=not as_json) as page, Report(junit, "launch", _one(targets)) as report:
         return run_launch(inventory, playbook, targets, every=every, detach=detach, dry_run=dry_run, yes=yes,
-                          timeout=timeout, as_json=as_json, verbose=verbose, report=report)
+                          timeout=timeout, as_json=as_json, verbose=verbose, report=Reports(report, page))
 
 
 def _one(targets: tuple[str, ...]) -> str | None:
@@ -127,12 +133,14 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 @click.option("--stacks", "stacks", is_flag=True, help="Print the thread stacks recorded before the run's abort "
               "(watch.stacks), not its log.")
 @junit_option
+@report_option
 @boundary
-def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_abort, timeout, stacks, junit, as_json,
-         verbose) -> int:
+def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_abort, timeout, stacks, junit, html,
+         as_json, verbose) -> int:
     """Print the current run's log (or run RUN's) as it is; --follow streams it and watches it."""
     from gpuops.cli.junit import Report
     from gpuops.cli.logs_cmd import run_logs
+    from gpuops.cli.report.writer import HtmlReport, Reports
 
     run_id = _run_given(run_arg, run_id)
     if stacks:
@@ -142,11 +150,14 @@ def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_
 
         return run_stacks(inventory, playbook, targets, every=every, run_id=run_id, recorded=True, as_json=as_json,
                           verbose=verbose)
-    if junit and not follow:
-        raise click.UsageError("--junit needs --follow (the report is of a run being watched)")
-    with Report(junit, "logs", _one(targets)) as report:
+    for flag, given in (("--junit", junit), ("--report", html)):
+        if given and not follow:
+            raise click.UsageError(f"{flag} needs --follow (the report is of a run being watched; "
+                                   "`gpuops report` writes one for any run)" if flag == "--report" else
+                                   f"{flag} needs --follow (the report is of a run being watched)")
+    with HtmlReport(html, "logs -f", say=not as_json) as page, Report(junit, "logs", _one(targets)) as report:
         return run_logs(inventory, playbook, targets, every=every, run_id=run_id, follow=follow, tail=tail,
-                        no_abort=no_abort, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
+                        no_abort=no_abort, timeout=timeout, as_json=as_json, verbose=verbose, report=Reports(report, page))
 
 
 def _run_given(arg: str | None, option: str | None) -> str | None:
@@ -189,6 +200,20 @@ def validate(inventory, playbook, target, as_json) -> int:
     from gpuops.cli.validate_cmd import run_validate
 
     return run_validate(inventory, playbook, target, as_json=as_json)
+
+
+@main.command()
+@common_options(several=False)
+@click.argument("run_id", metavar="[RUN]", required=False, shell_complete=complete.run_ids)
+@click.option("-o", "--output", metavar="FILE", shell_complete=complete.files,
+              help="Where to write it (default: gpuops-report-RUN.html here).")
+@boundary
+def report(inventory, playbook, target, run_id, output, as_json, verbose) -> int:
+    """Write a run's report (default: the session's current run): one self-contained HTML file with its summary
+    and plots of throughput, GPU memory and utilisation over its time, marked with warmups, matches, aborts, restarts."""
+    from gpuops.cli.report_cmd import run_report
+
+    return run_report(inventory, playbook, target, run_id=run_id, output=output, as_json=as_json, verbose=verbose)
 
 
 @main.command()

@@ -69,6 +69,8 @@ PROFILE = "profile.json"  # the run's steady figures, written when it ends
 SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
 SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
 COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
+STACKS = "stacks"  # stacks/<pid>.txt: the threads' stacks of each Python process of the training, taken before an abort
+WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; its mtime is when the warmup last spoke)
 
 # -- attempts: a run the watchdog restarts (playbook `restart:`) -------------------------------
 # The top-level records are always the current attempt's; when the watchdog restarts training it

@@ -68,6 +68,11 @@ def kill_session(session: str) -> Cmd:
     return Cmd("tmux", "kill-session", "-t", f"={session}")
 
 
+def report(run_id: str | None, session: str) -> Cmd:
+    """One run's records, samples and events for its report (run_id None: the session's current run)."""
+    return python_tool("report", *((run_id,) if run_id else ("-s", session)))
+
+
 def gpu_memory(gpus: tuple[int, ...]) -> Cmd:
     """Memory used and utilisation of some GPUs, one `index, MiB, %` line each (bash says so if nvidia-smi is missing)."""
     return bash(Script(Cmd(*sample_argv(gpus))))

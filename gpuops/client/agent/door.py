@@ -16,11 +16,11 @@ from gpuops.agent.wire.smi import SmiError, parse_sample
 from gpuops.client.agent import commands
 from gpuops.client.agent.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
 from gpuops.client.agent.channels import FollowChannel, LockChannel, WarmupChannel
-from gpuops.client.agent.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_runs
+from gpuops.client.agent.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_report, read_runs
 from gpuops.client.runs import dumps
 from gpuops.command import Cmd
-from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, RemoteError, RunAlive,
-                           RunStopped, TargetNotReady)
+from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
+                           RunAlive, RunStopped, TargetNotReady)
 from gpuops.transport.base import Result, Transport
 
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
@@ -200,6 +200,23 @@ class Agent:
             raise GpuopsError(f"{self.label}: could not read the stacks of run {run_id} (exit {result.exit_code}): "
                               f"{self._said(result.err.strip()[-300:])}")
         return [{**row, "text": self._said(str(row.get("text") or ""))} for row in p.parse_stacks(result.out)]
+
+    def report(self, run_id: str | None, session: str) -> dict[str, Any]:
+        """One run's records, samples, events and stacks for its report (run_id None: the session's current
+        run); NoRun (exit 2, naming the newest runs) when there is no such run."""
+        result = self._run(commands.report(run_id, session), timeout=max(self.timeout, 30.0))
+        reply = read_report(result.out)
+        if result.exit_code != 0 or reply is None:
+            raise GpuopsError(f"{self.label}: could not read the run's records (exit {result.exit_code}): "
+                              f"{self._said(result.err.strip())[-300:]}")
+        if reply.get("error") == "no-run":
+            known = ", ".join(reply.get("known") or []) or "none"
+            what = f"no run {run_id}" if run_id else f"no run of session '{session}'"
+            err = NoRun(f"{self.label}: {what} in ~/.gpuops/runs (its newest runs: {known})",
+                        hint=f"`gpuops runs -t {self.label}` lists every run of the target")
+            err.target = self.label
+            raise err
+        return reply
 
     def kill_session(self, session: str) -> None:
         """End a tmux session that has no run record."""

@@ -119,6 +119,18 @@ def read_runs(text: str) -> list[dict[str, Any]]:
     return rows
 
 
+def read_report(text: str) -> dict[str, Any] | None:
+    """The `report` tool's one JSON object (its last line that is one: what comes before is noise of the shell)."""
+    for line in reversed(text.splitlines()):
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(reply, dict):
+            return reply
+    return None
+
+
 # -- follow --------------------------------------------------------------------------------------------
 @dataclass
 class Data:
