@@ -76,6 +76,23 @@ def crash_report() -> str:
     return path
 
 
+def _say_connect_retries() -> None:
+    """A connect failure that is retried is said on stderr as it happens (not under -q): the transport
+    logs it, and a person waiting 30 s for a host that is down sees why."""
+    import logging
+
+    from gpuops.cli import style
+
+    log = logging.getLogger("gpuops.transport.connect")
+    if style.QUIET or any(getattr(h, "gpuops", False) for h in log.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.gpuops = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.propagate = False
+
+
 def boundary(fn: Callable[..., int]) -> Callable[..., None]:
     """Run a command; map every error to one message and its exit code (the only place that does)."""
 
@@ -85,6 +102,7 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
         from gpuops.errors import GpuopsError
 
         as_json = kwargs.get("as_json", False)
+        _say_connect_retries()
         try:
             with sigterm_as_interrupt():  # a cancelled CI job: as Ctrl-C, exit 143
                 code = fn(*args, **kwargs)

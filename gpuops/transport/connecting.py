@@ -3,6 +3,7 @@ at a time in its own thread, transient failures retried with backoff within a bu
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -11,6 +12,11 @@ from gpuops.config.model import Host
 from gpuops.errors import ConnectError, GpuopsError
 from gpuops.transport.base import HostSide
 from gpuops.transport.head_start import Early
+
+
+#: Each retried connect failure is said here (the CLI shows it on stderr): 30 s of silence reads as a hang.
+LOG = logging.getLogger("gpuops.transport.connect")
+LOG.addHandler(logging.NullHandler())
 
 
 class ConnectionLost(ConnectError):
@@ -126,7 +132,7 @@ class Connecting(HostSide):
                 if not self._transient(exc) or self.retry_time <= 0:
                     raise
                 # tenacity is imported here, on the first failure, not on every start-up (10-15 ms).
-                conn = self._retry(self.retry_time - (time.monotonic() - started))
+                conn = self._retry(self.retry_time - (time.monotonic() - started), exc)
         except GpuopsError:
             raise
         except Exception as exc:
@@ -141,7 +147,15 @@ class Connecting(HostSide):
         """How many new SSH logins this connection took (a reused master: none)."""
         return 1
 
-    def _retry(self, budget: float) -> Any:
+    def _say_retry(self, exc: BaseException | None, attempts: int, ends: float) -> None:
+        failure = self._failure(exc) if isinstance(exc, Exception) and not isinstance(exc, GpuopsError) else exc
+        why = str(failure or "no answer").split("\n")[0]
+        if isinstance(failure, ConnectError) and why.startswith(failure.host + ": "):
+            why = why[len(failure.host) + 2:]
+        LOG.warning("%s: cannot connect yet (%s); trying again for up to %.0f s (%d attempt%s so far)", self.label,
+                    why, max(0.0, ends - time.monotonic()), attempts, "" if attempts == 1 else "s")
+
+    def _retry(self, budget: float, first: BaseException | None = None) -> Any:
         """The attempts after a first transient failure: exponential backoff with jitter
         (0.25 s, 0.5 s, 1 s ... at most 4 s), never sleeping past the budget left."""
         import random
@@ -149,6 +163,8 @@ class Connecting(HostSide):
         from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
 
         first_wait = max(0.0, min(0.25 + random.uniform(0, 0.25), budget))
+        ends = time.monotonic() + budget
+        self._say_retry(first, 1, ends)
         time.sleep(first_wait)
         budget -= first_wait
         backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.25)
@@ -157,6 +173,9 @@ class Connecting(HostSide):
             # The last attempt starts when the budget ends.
             return max(0.0, min(backoff(state), budget - state.seconds_since_start))
 
-        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait,
+        def said(state: Any) -> None:
+            self._say_retry(state.outcome.exception(), state.attempt_number + 1, ends)
+
+        retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait, before_sleep=said,
                             retry=retry_if_exception(self._transient), reraise=True)
         return retrying(self._connect_once)

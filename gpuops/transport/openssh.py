@@ -151,7 +151,7 @@ class OpenSshTransport(Connecting):
 
     # -- commands --------------------------------------------------------------------
 
-    def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> Result:
+    def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None, _again: bool = False) -> Result:
         found = self._ready()
         self.commands += 1
         log = found.new_log()
@@ -165,6 +165,11 @@ class OpenSshTransport(Connecting):
         finally:
             said = _read(log, unlink=True)
         if proc.returncode == 255 and _lost(found, said):
+            if not _again and _never_started(said, found):
+                # A master of an earlier gpuops command outlived its host's link: the command never reached the
+                # host, so it is safe to run again once a new connection is up (retried as any connect is).
+                self.reconnect()
+                return self.run(cmd, timeout=timeout, stdin=stdin, _again=True)
             raise ConnectionLost(self.label, f"connection lost ({_first(said) or 'the master connection ended'})")
         return Result(proc.returncode, out, err)
 
@@ -292,3 +297,9 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _never_started(said: str, found: SshPlan) -> bool:
+    """ssh's own words say it could not connect at all (refused, no route, timed out): no command ran."""
+    error = classify(said, found.hops[-1], connect_timeout=1.0, wait_refused=False)
+    return isinstance(error, SshFailed) and error.kind in ("refused", "network")
