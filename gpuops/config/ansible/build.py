@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from gpuops.config.ansible.hosts import HostBuilder
 from gpuops.config.ansible.layers import Layers
-from gpuops.config.ansible.tree import TemplateValue, Tree
+from gpuops.config.ansible.tree import HostValueError, Tree, VaultedValue
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import ConfigError
 
@@ -22,8 +22,8 @@ def inventory_of(tree: Tree) -> Inventory:
     for name in tree.hosts:
         try:
             target = builder.target(name)
-        except TemplateValue as exc:  # Ansible's work (templates): this host's targets only fail, when used
-            broken[name] = exc
+        except HostValueError as exc:  # a template, a vaulted value, an ssh option: this target only fails, when used
+            broken[name] = exc.in_inventory(tree.path) if isinstance(exc, VaultedValue) else exc
             continue
         if target is not None:
             targets[name] = target
