@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from gpuops.config import schema as s
-from gpuops.config.ansible.become import become_of
+from gpuops.config.ansible.become_vars import become_of
 from gpuops.config.ansible.layers import Layers
 from gpuops.config.ansible.sshargs import proxy_command, ssh_args
 from gpuops.config.ansible.tree import Tree, first_set
