@@ -126,8 +126,8 @@ def test_a_vaulted_value_gpuops_uses_fails_that_target_naming_vault_and_the_way_
     path = vault_inventory(tmp_path)
     assert broken_message(path, "ct201") == (
         f"{path}:21:21: expected a host name or IP address, got an Ansible Vault value (!vault): gpuops does not "
-        f"decrypt vault; decrypt it with `ansible-inventory -i {path} --list --vault-password-file FILE > inv.json` "
-        "and give gpuops `-i inv.json`, or write this value in plain text (or in ~/.ssh/config)")
+        "decrypt vault; write this value in plain text (or in ~/.ssh/config) where gpuops reads it; "
+        f"`ansible -i {path} ct201 -m debug -a var=ansible_host --vault-password-file FILE` shows it")
     with pytest.raises(ConfigError, match="Ansible Vault"):
         resolve_targets(load_inventory(str(path)), ["all"])  # selecting it is the error, as for a template
 

@@ -23,7 +23,7 @@ def inventory_of(tree: Tree) -> Inventory:
         try:
             target = builder.target(name)
         except HostValueError as exc:  # a template, a vaulted value, an ssh option: this target only fails, when used
-            broken[name] = exc.in_inventory(tree.path) if isinstance(exc, VaultedValue) else exc
+            broken[name] = exc.in_inventory(tree.path, name) if isinstance(exc, VaultedValue) else exc
             continue
         if target is not None:
             targets[name] = target

@@ -27,6 +27,7 @@ class Var:
 
     value: Any
     mark: Mark
+    name: str = ""  # the variable's name (ansible_host): what an error about its value shows
 
     def plain(self) -> Any:
         return plain(self.value)
@@ -63,7 +64,7 @@ class Var:
 
     def _not_vaulted(self, what: str) -> None:
         if self.vaulted():
-            raise VaultedValue(self.mark, what)
+            raise VaultedValue(self.mark, what, self.name)
 
     def _one_reading(self, as_used: Any, what: str) -> None:
         """A plain YAML scalar that Ansible (YAML 1.1) and a YAML 1.2 reader read differently is refused:
@@ -147,21 +148,23 @@ class TemplateValue(HostValueError):
 
 
 class VaultedValue(HostValueError):
-    """An Ansible Vault value where gpuops needs the value: gpuops does not decrypt vault; the way out."""
+    """An Ansible Vault value where gpuops needs the value: gpuops does not decrypt vault; the way out.
+    (`ansible-inventory --list` does not decrypt either: it prints {"__ansible_vault": ...} for each one.)"""
 
-    def __init__(self, mark: Mark, what: str, inventory: str = "INVENTORY") -> None:
+    def __init__(self, mark: Mark, what: str, variable: str, inventory: str = "INVENTORY", host: str = "HOST") -> None:
         import shlex
 
-        super().__init__(mark, f"expected {what}, got an Ansible Vault value (!vault): gpuops does not decrypt "
-                               f"vault; decrypt it with `ansible-inventory -i {shlex.quote(inventory)} --list "
-                               "--vault-password-file FILE > inv.json` and give gpuops `-i inv.json`, or write "
-                               "this value in plain text (or in ~/.ssh/config)")
-        self.what = what
+        shown = f"`ansible -i {shlex.quote(inventory)} {shlex.quote(host)} -m debug -a var={variable or 'VARIABLE'} " \
+                "--vault-password-file FILE`"
+        super().__init__(mark, f"expected {what}, got an Ansible Vault value (!vault): gpuops does not decrypt vault; "
+                               "write this value in plain text (or in ~/.ssh/config) where gpuops reads it; "
+                               f"{shown} shows it")
+        self.what, self.variable = what, variable
 
-    def in_inventory(self, inventory: str) -> "VaultedValue":
-        """The same error, its way out naming the inventory the user gave."""
+    def in_inventory(self, inventory: str, host: str) -> "VaultedValue":
+        """The same error, its way out naming the inventory the user gave and the host."""
         assert self.mark is not None
-        return VaultedValue(self.mark, self.what, inventory)
+        return VaultedValue(self.mark, self.what, self.variable, inventory, host)
 
 
 VAULT_TAG = "!vault"
@@ -230,7 +233,7 @@ def plain(value: Any) -> Any:
 
 def yaml_vars(node: Node, where: str) -> dict[str, Var]:
     """The variables of a YAML mapping (a host's, a group's vars:, a group_vars/ file)."""
-    return {key.text: Var(value, value.mark) for key, value in s.entries(node, where)}
+    return {key.text: Var(value, value.mark, key.text) for key, value in s.entries(node, where)}
 
 
 @dataclass
