@@ -23,7 +23,9 @@ def inventory_of(tree: Tree) -> Inventory:
         try:
             target = builder.target(name)
         except HostValueError as exc:  # a template, a vaulted value, an ssh option: this target only fails, when used
-            broken[name] = exc.in_inventory(tree.path, name) if isinstance(exc, VaultedValue) else exc
+            if isinstance(exc, VaultedValue):  # its way out names this inventory: Ansible cannot read --list JSON back
+                exc = exc.in_inventory(tree.path if tree.var_files else "INVENTORY", name)
+            broken[name] = exc
             continue
         if target is not None:
             targets[name] = target
