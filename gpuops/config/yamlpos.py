@@ -190,17 +190,23 @@ def load(path: str, *, vault: bool = False) -> AnyNode | None:
         raise ConfigError(Mark(path, 1, 1), f"cannot parse the file: {exc}") from None
 
 
-def first_vault(node: Node | None, depth: int = 0) -> Scalar | None:
-    """The first `!vault` scalar in a tree (a gpuops file read with vault=True refuses it)."""
-    if isinstance(node, Scalar):
-        return node if node.tag == VAULT_TAG else None
-    if depth > MAX_DEPTH:  # an alias inside its own anchor
-        return None
-    children = node.items if isinstance(node, Sequence) else [n for kv in node.pairs for n in kv] if isinstance(node, Mapping) else []
-    for child in children:
-        found = first_vault(child, depth + 1)
-        if found is not None:
-            return found
+def first_vault(root: Node | None) -> Scalar | None:
+    """The first `!vault` scalar in a tree (a gpuops file read with vault=True refuses it); each node once,
+    so aliases (a billion laughs, an anchor inside itself) cost no more than the file's own nodes."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Scalar):
+            if node.tag == VAULT_TAG:
+                return node
+        elif isinstance(node, Sequence):
+            todo.extend(reversed(node.items))
+        elif isinstance(node, Mapping):
+            todo.extend(n for kv in reversed(node.pairs) for n in reversed(kv))
     return None
 
 
