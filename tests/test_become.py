@@ -13,6 +13,7 @@ import os
 import pwd
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,9 +99,19 @@ def second_user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
         os.chown(home, uid, pwd.getpwnam(name).pw_gid)
         yield User(name, home, uid)
     finally:
-        subprocess.run(["pkill", "-KILL", "-U", name], capture_output=True)  # only that user's processes
+        kill_processes_of(pwd.getpwnam(name).pw_uid)
         subprocess.run(["userdel", name], capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def kill_processes_of(uid: int) -> None:
+    """End what the user created here still runs (a failed test's training), each by its pid."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def open_container_to(fake: FakeProxmox, vmid: int, user: User) -> Path:
