@@ -1,11 +1,13 @@
 """Differential: real `ansible-inventory --list` and Ansible's own ssh plugin against gpuops, on a corpus.
 
 For every inventory of the corpus (INI, YAML, directories, group_vars/host_vars, children, both
-spellings, ssh args, jumps in ssh args, an ~/.ssh/config alias, patterns): Ansible's ssh plugin builds
-each host's ssh argv from ansible-inventory's hostvars, and real `ssh -G` resolves it (where Ansible
-would connect: address, port, user, every ProxyJump hop as user@host:port); gpuops' `validate --json`
-must show the same connection, its groups must be Ansible's, and `-t PATTERN` must pick what
-`ansible --list-hosts` picks. Nothing connects: ssh -G only prints its configuration and the corpus
+spellings, ssh args, jumps in ssh args, jump names that are inventory hosts too, an ~/.ssh/config alias,
+become, patterns): Ansible's ssh plugin builds each host's ssh argv from ansible-inventory's hostvars, and
+real `ssh -G` resolves it (where Ansible would connect: address, port, user, every ProxyJump hop as
+user@host:port); gpuops' `validate --json` must show the same connection and the user Ansible's become
+plugin would become, its groups must be Ansible's, and `-t PATTERN` must pick what `ansible --list-hosts`
+picks. Vault: real `ansible-vault` encrypts, and a vaulted value fails only the target that uses it, in
+the inventory and in `ansible-inventory --list` JSON, with a way out that real `ansible` runs. Nothing connects: ssh -G only prints its configuration and the corpus
 names documentation addresses only.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -143,6 +146,34 @@ CORPUS: dict[str, dict[str, str]] = {
         [web:vars]
         ansible_port=2201
         """},
+    # A jump host's name is resolved by ssh config, as ssh resolves it when Ansible runs `ssh -J bastion`, even
+    # where the inventory has a host of that name (its ansible_host is how Ansible reaches it, not a jump).
+    "jump-name-is-an-inventory-host": {"hosts": """\
+        bastion ansible_host=203.0.113.5 ansible_user=jump ansible_port=2022
+        gw ansible_host=203.0.113.6
+        [gpu]
+        ct200 ansible_host=10.1.0.2 proxmox_vmid=200 ansible_ssh_common_args='-J bastion'
+        ct201 ansible_host=10.1.0.3 proxmox_vmid=201 ansible_ssh_common_args='-o ProxyJump=ops@gw:2200,bastion'
+        ct202 ansible_host=10.1.0.4 ansible_ssh_common_args="-o 'ProxyCommand=ssh -W %h:%p gw'"
+        """},
+    "jump-name-in-ssh-config-and-inventory": {
+        "hosts.yml": "all:\n  hosts:\n    bastion: {ansible_host: 203.0.113.5, ansible_user: jump}\n"
+                     "    ct200: {ansible_host: 10.1.0.2, ansible_ssh_common_args: -J bastion}\n",
+        "home/.ssh/config": "Host bastion\n  HostName 192.0.2.99\n  User cfguser\n  Port 2299\n",
+    },
+    "become-layers": {"hosts": """\
+        [gpu]
+        ct200 proxmox_vmid=200
+        ct201 proxmox_vmid=201 ansible_become_user=bob
+        ct202 proxmox_vmid=202 ansible_become=no
+        ct203 proxmox_vmid=203 ansible_sudo_user=legacy
+        h1 ansible_host=192.0.2.60 ansible_become_method=su ansible_su_user=carol
+        h2 ansible_host=192.0.2.61 ansible_become=false ansible_become_user=dave
+        h3 ansible_host=192.0.2.62 ansible_become=True
+        [gpu:vars]
+        ansible_become=yes
+        ansible_become_user=trainer
+        """},
     "ssh-config-alias-included": {
         "hosts": "[gpu]\nct200 ansible_host=pve-alias proxmox_vmid=200\nct201 ansible_host=other.lab ansible_user=explicit\n",
         "home/.ssh/config": "Include {home}/.ssh/conf.d/*.conf\nHost *.lab\n  Port 2444\n",
@@ -231,7 +262,7 @@ def test_gpuops_connects_where_ansible_would(tmp_path: Path, name: str) -> None:
     built = subprocess.run([sys.executable, str(HERE / "ansible_ssh_argv.py")], input=json.dumps(
         {h: hostvars.get(h, {}) for h in hosts}), capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
     assert built.returncode == 0, built.stderr
-    argv = json.loads(built.stdout)
+    argv, becomes = json.loads(built.stdout)["argv"], json.loads(built.stdout)["become"]
     expected = {h: ansible_connection(home, argv[h]) for h in hosts}
 
     ours = gpuops("validate", "-i", str(inventory), "--json", env={"HOME": str(home)})
@@ -239,6 +270,16 @@ def test_gpuops_connects_where_ansible_would(tmp_path: Path, name: str) -> None:
     views = {t["name"]: t for t in ours.events()[-1]["targets"]}
     got = {h: {k: views[h][k] for k in ("address", "port", "user", "jumps")} for h in views}
     assert got == expected
+    # Who the job runs as: the user Ansible's become plugin would become, by the method it names (in a
+    # container gpuops becomes with runuser, pct exec being root there; root there needs nothing).
+    assert {h: views[h]["become_user"] for h in views} == {h: becomes[h]["user"] for h in hosts}
+    for h in views:
+        theirs = becomes[h]
+        ours = views[h]["become_method"]
+        if views[h]["ctid"] is not None:
+            assert ours == (None if theirs["user"] in (None, "root") else "runuser"), h
+        else:
+            assert ours == theirs["method"], h
 
     inv = load_inventory(str(inventory))
     groups = {g for g in listed if g != "_meta"}
@@ -251,6 +292,64 @@ def test_gpuops_connects_where_ansible_would(tmp_path: Path, name: str) -> None:
         assert sorted(t.name for t in resolve_targets(inv, [pattern])) == theirs, pattern
 
 
+def vault_string(home: Path, password: Path, value: str) -> str:
+    """`ansible-vault encrypt_string` of value: the `!vault |` block Ansible writes."""
+    done = subprocess.run([str(Path(ANSIBLE or "").parent / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                           str(password), value], capture_output=True, text=True, timeout=120, env=ansible_env(home))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_vaulted_values_fail_only_where_gpuops_uses_them_and_the_way_out_shows_the_value(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    password = tmp_path / "pw"
+    password.write_text("correct horse\n")
+    secret, address = (textwrap.indent(vault_string(home, password, v), "    ").lstrip() for v in ("s3cret", "10.1.2.9"))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  vars:\n    ansible_become_password: {secret}\n  hosts:\n"
+                         f"    ct200: {{ansible_host: 10.1.2.6, proxmox_vmid: 200}}\n"
+                         f"    ct201:\n      proxmox_vmid: 201\n      ansible_host: {textwrap.indent(address, '  ').lstrip()}\n")
+    env = ansible_env(home)
+    listed_run = subprocess.run([ANSIBLE or "", "-i", str(inventory), "--list", "--vault-password-file", str(password)],
+                                capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert listed_run.returncode == 0, listed_run.stderr
+    listed = json.loads(listed_run.stdout)
+    # ansible-inventory keeps vaulted values encrypted, password or not: its JSON is no way out of vault.
+    assert set(listed["_meta"]["hostvars"]["ct201"]["ansible_host"]) == {"__ansible_vault"}
+    as_json = tmp_path / "inv.json"
+    as_json.write_text(listed_run.stdout)
+    built = subprocess.run([sys.executable, str(HERE / "ansible_ssh_argv.py")], capture_output=True, text=True,
+                           timeout=180, env=env, input=json.dumps({"ct200": listed["_meta"]["hostvars"]["ct200"]}))
+    assert built.returncode == 0, built.stderr
+    theirs = ansible_connection(home, json.loads(built.stdout)["argv"]["ct200"])
+    errors = {}
+    for source in (inventory, as_json):
+        ours = gpuops("validate", "-i", str(source), "--json", env={"HOME": str(home)})
+        assert ours.code == 0, ours
+        views = {t["name"]: t for t in ours.events()[-1]["targets"]}
+        assert {k: views["ct200"][k] for k in theirs} == theirs  # the unused vaulted password costs nothing
+        errors[source] = error = views["ct201"]["error"]
+        assert "got an Ansible Vault value (!vault): gpuops does not decrypt vault" in error, error
+        selected = gpuops("validate", "-i", str(source), "-p", str(write_playbook(tmp_path)), "-t", "ct201",
+                          env={"HOME": str(home)})
+        assert selected.code == 2 and "Ansible Vault" in selected.err, selected
+    # The way out the message names, run as it says (FILE: the vault password file), shows what Ansible decrypts;
+    # from the JSON it names the inventory the JSON came from, which gpuops cannot know (Ansible cannot read
+    # --list JSON back as an inventory).
+    assert "`ansible -i INVENTORY ct201 -m debug -a var=ansible_host --vault-password-file FILE`" in errors[as_json]
+    way_out = shlex.split(errors[inventory].split("`")[-2].replace("FILE", str(password)))
+    way_out[0] = str(Path(ANSIBLE or "").parent / way_out[0])
+    shown = subprocess.run(way_out, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert shown.returncode == 0 and '"ansible_host": "10.1.2.9"' in shown.stdout, shown
+
+
+def write_playbook(folder: Path) -> Path:
+    path = folder / "pb.yaml"
+    path.write_text("launch: {session: s, command: train}\n")
+    return path
+
+
 def test_the_corpus_is_large_enough() -> None:
-    assert len(CORPUS) >= 12
+    assert len(CORPUS) >= 15
     assert os.path.isfile(HERE / "ansible_ssh_argv.py")

@@ -85,7 +85,8 @@ SHAPES: dict[str, Schema] = {
         "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
         "identity_file": opt(S), "known_hosts": opt(S), "host_key_policy": opt(S), "ctid": opt(I), "gpus": arr(I),
         "transport": {"enum": ["local", "ssh"]}, "proxy_command": S,
-        "jump_host_key_policies": arr(opt(S)),
+        "jump_host_key_policies": arr(opt(S)), "become_user": opt(S),
+        "become_method": opt({"enum": ["runuser", "sudo", "su"]}),
     }, ("name", "host", "transport", "address", "port", "user", "jumps", "ctid", "gpus")),
     "broken_target": closed({"name": S, "error": S}, ("name", "error")),
     # One Python process's thread stacks (the abort record's `stacks`, the summary's): where they are kept

@@ -57,6 +57,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
                 sys.stderr.write(f"warning: target {view['name']} cannot be used: {view['error']}\n")
                 continue
             where = f", container {view['ctid']}" if view["ctid"] is not None else ""
+            where += f", as {view['become_user']} ({view['become_method']})" if view.get("become_method") else ""
             policy = f" (host keys: {view['host_key_policy']})" if view["host_key_policy"] else ""
             sys.stderr.write(f"  {view['name']}: {spelled(view)}{where}{policy}\n")
         for var in unset:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable
 from gpuops.config import schema as s
 from gpuops.config.model import Host, Inventory, Target
 from gpuops.config.source import Source
-from gpuops.config.yamlpos import Node
+from gpuops.config.yamlpos import NO_VAULT, Node, first_vault
 from gpuops.errors import ConfigError, Mark, UsageError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ SSH_KEYS = (
     "connect_timeout",
 )
 HOST_KEYS = ("transport", *SSH_KEYS, "command_timeout")
-TARGET_KEYS = ("host", "ctid", "gpus")
+TARGET_KEYS = ("host", "ctid", "gpus", "become_user", "become_method")
 
 
 def accepts(source: Source) -> bool:
@@ -42,6 +42,9 @@ def load(source: Source) -> Inventory:
     path, root = source.path, source.root
     if root is None:
         raise ConfigError(Mark(path, 1, 1), "the file is empty; expected an inventory with keys: hosts, targets")
+    vaulted = first_vault(root)
+    if vaulted is not None:
+        raise ConfigError(vaulted.mark, NO_VAULT)
     top = s.Section(root, "the inventory", INVENTORY_KEYS)
     hosts: dict[str, Host] = {}
     jump_marks: dict[str, Mark] = {}
@@ -134,7 +137,14 @@ def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target
     ctid = s.integer(ctid_node, s.CTID_MIN, s.CTID_MAX, "a container id") if ctid_node else None
     gpus_node = sec.get("gpus")
     gpus = s.gpu_list(gpus_node) if gpus_node else ()
-    return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark)
+    user_node = sec.get("become_user")
+    user = s.text_matching(user_node, s.USER, "a user name") if user_node else None
+    method_node = sec.get("become_method")
+    method = s.choice(method_node, ("sudo", "su"), "a become method") if method_node else "sudo"
+    if method_node is not None and user is None:
+        raise ConfigError(sec.key_mark("become_method"), f"become_method needs become_user in target '{name}'")
+    return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark, become_user=user,
+                  become_method=method)  # type: ignore[arg-type]
 
 
 def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | None) -> Target:

@@ -40,6 +40,10 @@ class Target:
     ctid: int | None = None
     gpus: tuple[int, ...] = ()
     mark: Mark | None = None
+    # Who runs the job there (Ansible's become): None is the login user (root in a container). In a container
+    # gpuops becomes with runuser (pct exec is root there); on a host with sudo (-H -n) or su (become_method).
+    become_user: str | None = None
+    become_method: Literal["sudo", "su"] = "sudo"
 
 
 @dataclass(frozen=True)

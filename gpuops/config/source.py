@@ -25,7 +25,7 @@ class Source:
         """Whether the file is YAML; the parse error is kept for a file that is named as YAML."""
         if self._root is _UNPARSED and self._error is None:
             try:
-                self._root = load(self.path)
+                self._root = load(self.path, vault=True)  # gpuops' own format refuses it (inventory.load)
             except ConfigError as exc:
                 self._error = exc
         return self._error is None

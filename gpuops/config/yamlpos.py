@@ -169,19 +169,45 @@ def _decode(path: str, data: bytes) -> str:
     return text
 
 
-def load(path: str) -> AnyNode | None:
-    """The file's single YAML document as a node tree, or None when it holds nothing (or null)."""
+VAULT_TAG = "!vault"  # Ansible Vault: kept (as a tagged scalar) only where vault=True, for Ansible's own files
+NO_VAULT = ("an Ansible Vault value (!vault) in a gpuops file: gpuops does not decrypt vault; write the value "
+            "itself, or (in a playbook's env) take it from the environment with from_env")
+
+
+def load(path: str, *, vault: bool = False) -> AnyNode | None:
+    """The file's single YAML document as a node tree, or None when it holds nothing (or null).
+    vault: keep `!vault` scalars (an Ansible file: an error only where gpuops uses the value)."""
     text = read_text(path)
     import yaml  # here, not at import time: `gpuops validate` must start fast
 
     loader = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
     try:
-        root = _Composer(path, text, yaml.parse(text, Loader=loader)).document()
+        root = _Composer(path, text, yaml.parse(text, Loader=loader), vault=vault).document()
         return None if isinstance(root, Scalar) and root.kind == "null" else root
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(path, text, exc) from None
     except yaml.YAMLError as exc:
         raise ConfigError(Mark(path, 1, 1), f"cannot parse the file: {exc}") from None
+
+
+def first_vault(root: Node | None) -> Scalar | None:
+    """The first `!vault` scalar in a tree (a gpuops file read with vault=True refuses it); each node once,
+    so aliases (a billion laughs, an anchor inside itself) cost no more than the file's own nodes."""
+    seen: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Scalar):
+            if node.tag == VAULT_TAG:
+                return node
+        elif isinstance(node, Sequence):
+            todo.extend(reversed(node.items))
+        elif isinstance(node, Mapping):
+            todo.extend(n for kv in reversed(node.pairs) for n in reversed(kv))
+    return None
 
 
 def _syntax_error(path: str, text: str, exc: Any) -> ConfigError:
@@ -204,8 +230,9 @@ def _syntax_error(path: str, text: str, exc: Any) -> ConfigError:
 class _Composer:
     """Builds nodes from parser events; aliases share their anchor's node."""
 
-    def __init__(self, path: str, text: str, events: Iterator[Any]) -> None:
+    def __init__(self, path: str, text: str, events: Iterator[Any], *, vault: bool = False) -> None:
         self.path = path
+        self.vault = vault
         self.lines = text.split("\n")
         self.events = events
         self.anchors: dict[str, Node] = {}
@@ -240,7 +267,9 @@ class _Composer:
         if depth > MAX_DEPTH:
             raise ConfigError(mark, f"nested more than {MAX_DEPTH} levels deep")
         tag = event.tag
-        if tag is not None and tag != "!" and not (tag.startswith(_STD) and tag[len(_STD) :] in _TAGS):
+        if tag == VAULT_TAG and not (self.vault and name == "ScalarEvent"):
+            raise ConfigError(mark, NO_VAULT if not self.vault else "expected the text of a vaulted value after !vault")
+        if tag is not None and tag != "!" and tag != VAULT_TAG and not (tag.startswith(_STD) and tag[len(_STD) :] in _TAGS):
             raise ConfigError(
                 mark, f"unsupported tag '{tag}' (use plain strings, numbers, true/false, lists and mappings)"
             )

@@ -62,12 +62,7 @@ class Pool:
             return self._hosts[name]
 
     def target(self, target: Target) -> Transport:
-        inner = self.host(target.host)
-        if target.ctid is None:
-            return inner
-        from gpuops.transport.pct import PctTransport
-
-        return PctTransport(inner, target.ctid)
+        return _target_transport(self.host(target.host), target)
 
     def connect_soon(self, targets: list[Target]) -> None:
         """Start connecting the hosts of `targets` in the background (transport/early.py): what the command
@@ -155,9 +150,20 @@ class _DryHost(HostSide):
 def dry_transport(inventory: Inventory, target: Target) -> Transport:
     """The target's transport shape for --dry-run: renders, never connects."""
     host = inventory.hosts[target.host]
-    inner: Transport = _DryHost(host.name, host.command_timeout)
-    if target.ctid is None:
-        return inner
-    from gpuops.transport.pct import PctTransport
+    return _target_transport(_DryHost(host.name, host.command_timeout), target)
 
-    return PctTransport(inner, target.ctid)
+
+def _target_transport(host: Transport, target: Target) -> Transport:
+    """The host's transport wrapped for the target: `pct exec CTID --` for a container, then the become
+    user's prefix (runuser in a container, sudo or su on a host); root in a container needs none."""
+    transport = host
+    if target.ctid is not None:
+        from gpuops.transport.pct import PctTransport
+
+        transport = PctTransport(transport, target.ctid)
+    if target.become_user is not None:
+        from gpuops.transport.become import BecomeTransport, method_of
+
+        if method_of(target) is not None:
+            transport = BecomeTransport(transport, target.become_user, target.become_method)
+    return transport

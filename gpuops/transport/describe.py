@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpuops.config.model import Inventory, Target
+from gpuops.transport.become import method_of
 
 
 def connection(inventory: Inventory, target: Target) -> dict[str, Any]:
     """name, host, address, port, user, jumps (user@host:port, in order), identity_file, known_hosts,
-    host_key_policy, ctid, gpus: after ~/.ssh/config, ssh args, group_vars and host_vars."""
+    host_key_policy, ctid, gpus, become_user (who runs the job; null: the login user), become_method
+    (runuser, sudo, su; null: none needed): after ~/.ssh/config, ssh args, group_vars and host_vars."""
     host = inventory.hosts[target.host]
     out: dict[str, Any] = {"name": target.name, "host": target.host, "transport": host.transport}
     if host.transport == "local":
@@ -26,7 +28,7 @@ def connection(inventory: Inventory, target: Target) -> dict[str, Any]:
                    jump_host_key_policies=[h.policy for h in hops[:-1]])
         if last.proxy_command:
             out["proxy_command"] = last.proxy_command
-    out.update(ctid=target.ctid, gpus=list(target.gpus))
+    out.update(ctid=target.ctid, gpus=list(target.gpus), become_user=target.become_user, become_method=method_of(target))
     return out
 
 

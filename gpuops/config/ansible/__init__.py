@@ -2,5 +2,6 @@
 
 tree: groups, hosts and Var (a variable, read through schema.py's checks); yamlfile and ini: the two
 format plugins; layers: variables layered as Ansible does; hosts and sshargs: a host's ssh settings
-from the ansible_* variables and ProxyJump / -J (or the `ssh -W %h:%p` ProxyCommand); build: the result.
+from the ansible_* variables and ProxyJump / -J (or the `ssh -W %h:%p` ProxyCommand); become_vars:
+who runs the job (ansible_become*); build: the result.
 """

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from gpuops.config.ansible.hosts import HostBuilder
 from gpuops.config.ansible.layers import Layers
-from gpuops.config.ansible.tree import TemplateValue, Tree
+from gpuops.config.ansible.tree import HostValueError, Tree, VaultedValue
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import ConfigError
 
@@ -22,7 +22,9 @@ def inventory_of(tree: Tree) -> Inventory:
     for name in tree.hosts:
         try:
             target = builder.target(name)
-        except TemplateValue as exc:  # Ansible's work (templates): this host's targets only fail, when used
+        except HostValueError as exc:  # a template, a vaulted value, an ssh option: this target only fails, when used
+            if isinstance(exc, VaultedValue):  # its way out names this inventory: Ansible cannot read --list JSON back
+                exc = exc.in_inventory(tree.path if tree.var_files else "INVENTORY", name)
             broken[name] = exc
             continue
         if target is not None:

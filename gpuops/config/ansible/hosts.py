@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from gpuops.config import schema as s
+from gpuops.config.ansible.become_vars import become_of
 from gpuops.config.ansible.layers import Layers
 from gpuops.config.ansible.sshargs import proxy_command, ssh_args
 from gpuops.config.ansible.tree import Tree, first_set
@@ -27,31 +28,25 @@ class HostBuilder:
         self.hosts: dict[str, Host] = {}
         self._keys: dict[tuple[Any, ...], str] = {}
         self._of: dict[str, str | None] = {}
-        self._stack: list[str] = []
 
     def target(self, name: str) -> Target | None:
         """The target named after Ansible host `name`; None when it is not reached over ssh or locally."""
         mark = self.tree.host_marks[name]
-        host = self.host_of(name, mark)
+        host = self.host_of(name)
         if host is None:
             return None
         v = self.layers.host_vars(name)
         ctid_var = first_set(v, "gpuops_ctid", "proxmox_vmid")
         ctid = ctid_var.integer(s.CTID_MIN, s.CTID_MAX, "a container id") if ctid_var else None
         gpus_var = first_set(v, "gpuops_gpus")
-        return Target(name=name, host=host, ctid=ctid, gpus=gpus_var.gpus() if gpus_var else (), mark=mark)
+        user, method = become_of(v)
+        return Target(name=name, host=host, ctid=ctid, gpus=gpus_var.gpus() if gpus_var else (), mark=mark,
+                      become_user=user, become_method=method)  # type: ignore[arg-type]
 
-    def host_of(self, name: str, mark: Mark) -> str | None:
+    def host_of(self, name: str) -> str | None:
         """The gpuops host Ansible host `name` is reached through (its jump hosts built first)."""
-        if name in self._of:
-            return self._of[name]
-        if name in self._stack:
-            raise ConfigError(mark, f"jump loop: {' -> '.join([*self._stack[self._stack.index(name):], name])}")
-        self._stack.append(name)
-        try:
+        if name not in self._of:
             self._of[name] = self._build(name)
-        finally:
-            self._stack.pop()
         return self._of[name]
 
     def _build(self, name: str) -> str | None:
@@ -108,26 +103,18 @@ class HostBuilder:
             if not found:
                 raise ConfigError(mark, f"expected ProxyJump hosts as [user@]host[:port], comma-separated, got {hop!r}")
             user, address, port = found.group(1), found.group(2).strip("[]"), found.group(3)
-            if address in self.tree.hosts:  # an inventory host: its own settings (and its own jump, first hop only)
-                name = self.host_of(address, mark)
-                if name is None or self.hosts[name].transport != "ssh":
-                    raise ConfigError(mark, f"jump host '{address}' is not reached over ssh (see its ansible_connection)")
-                base, label = self.hosts[name], name
-            else:
-                if not s.ADDRESS.match(address):
-                    raise ConfigError(mark, f"expected a host name or IP address in ProxyJump, got {address!r}")
-                base = Host(name="", address=address, known_hosts=owner.known_hosts, identity_file=key,
-                            host_key_policy=owner.host_key_policy, connect_timeout=owner.connect_timeout, mark=mark)
-                label = address
+            # ssh resolves a hop's name through ssh config, as Ansible's ssh does: an inventory host of the
+            # same name lends it nothing (its ansible_host, user, port are for connecting to it, not through it).
+            if not s.ADDRESS.match(address):
+                raise ConfigError(mark, f"expected a host name or IP address in ProxyJump, got {address!r}")
+            base = Host(name="", address=address, known_hosts=owner.known_hosts, identity_file=key,
+                        host_key_policy=owner.host_key_policy, connect_timeout=owner.connect_timeout, mark=mark)
             changes: dict[str, Any] = {"jump": previous} if previous is not None else {}
             if user is not None:
                 changes["user"] = user
             if port is not None:
                 changes["port"] = _port(int(port), mark)
-            if changes or base.name == "":
-                previous = self._add(dataclasses.replace(base, **changes), label, hop.strip())
-            else:
-                previous = label
+            previous = self._add(dataclasses.replace(base, **changes), address, hop.strip())
         assert previous is not None
         return previous
 

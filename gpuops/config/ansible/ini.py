@@ -53,7 +53,7 @@ def parse_ini(path: str, text: str, tree: Tree) -> None:
             if not eq or not key.strip():
                 raise ConfigError(mark, f"expected key=value in [{group.name}:vars], got {line!r}")
             column = len(key) + 2 + len(value) - len(value.lstrip())
-            group.vars[key.strip()] = Var(_literal(value.strip()), Mark(path, number, column))
+            group.vars[key.strip()] = Var(_literal(value.strip()), Mark(path, number, column), key.strip())
 
 
 def _ini_host(tree: Tree, group: Group, raw: str, mark: Mark) -> None:
@@ -75,10 +75,10 @@ def _ini_host(tree: Tree, group: Group, raw: str, mark: Mark) -> None:
         where = Mark(mark.file, mark.line, at + 1) if at >= 0 else mark
         if not eq or not key:
             raise ConfigError(where, f"expected key=value after the host name, got {token!r}")
-        variables[key] = Var(_literal(value), Mark(mark.file, mark.line, where.column + len(key) + 1))
+        variables[key] = Var(_literal(value), Mark(mark.file, mark.line, where.column + len(key) + 1), key)
         pos = max(pos, at + len(key) + 1)
     if port:
-        variables.setdefault("ansible_port", Var(int(port), mark))
+        variables.setdefault("ansible_port", Var(int(port), mark, "ansible_port"))
     tree.add_host(group, name, mark, variables)
 
 

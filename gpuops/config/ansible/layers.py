@@ -72,7 +72,7 @@ class Layers:
                           and os.path.isfile(os.path.join(base, f))]
             out: dict[str, Var] = {}
             for path in paths:
-                root = load(path)
+                root = load(path, vault=True)
                 if root is not None:
                     out.update(yaml_vars(root, f"the variables in {path}"))
             self._files[(folder, name)] = out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from gpuops.config.ansible.tree import Var, first_set
+from gpuops.config.ansible.tree import HostValueError, Var, first_set
 from gpuops.errors import ConfigError, Mark
 
 # The order Ansible puts them on ssh's argv (ansible_ssh_args replaces ansible.cfg's ssh_args, which
@@ -61,7 +61,7 @@ def _checked(tokens: list[str], text: str, var: Var, name: str, options: dict[st
         if flag[1] not in _SSH_VALUED:
             bad = [c for c in token[1:] if c not in _QUIET_FLAGS]
             if bad:
-                raise ConfigError(mark, f"{name}: ssh's -{bad[0]} is not honoured by gpuops (remove it)")
+                raise HostValueError(mark, f"{name}: ssh's -{bad[0]} is not honoured by gpuops (remove it)")
             continue
         value = token[2:]
         if not value:
@@ -69,12 +69,12 @@ def _checked(tokens: list[str], text: str, var: Var, name: str, options: dict[st
                 raise ConfigError(mark, f"{flag} at the end of {name} needs a value")
             value, i = tokens[i], i + 1
         if flag not in VALUED:
-            raise ConfigError(mark, f"{name}: ssh's {flag} is not honoured by gpuops (remove it)")
+            raise HostValueError(mark, f"{name}: ssh's {flag} is not honoured by gpuops (remove it)")
         if flag in ("-o", "-J"):
             key, sep, val = ("proxyjump", "", value) if flag == "-J" else _option(value)
             key = key.strip().lower()
             if key not in HONOURED and key not in HARMLESS:
-                raise ConfigError(mark, f"{name}: ssh option {key!r} is not honoured by gpuops (remove it; gpuops "
+                raise HostValueError(mark, f"{name}: ssh option {key!r} is not honoured by gpuops (remove it; gpuops "
                                         f"honours {', '.join(sorted(HONOURED))})")
             if key == "forwardagent" or key not in HONOURED:
                 continue  # harmless: not passed on

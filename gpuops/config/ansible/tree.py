@@ -27,6 +27,7 @@ class Var:
 
     value: Any
     mark: Mark
+    name: str = ""  # the variable's name (ansible_host): what an error about its value shows
 
     def plain(self) -> Any:
         return plain(self.value)
@@ -39,6 +40,7 @@ class Var:
 
     def text(self, what: str) -> str:
         """Text (a number counts as written); a Jinja template is refused: gpuops does not evaluate them."""
+        self._not_vaulted(what)
         value = self.plain()
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ConfigError(self.mark, f"expected {what}, got {show(value)}")
@@ -49,6 +51,20 @@ class Var:
                                            "evaluate templates; write the value itself (a host_vars/ or group_vars/ "
                                            "file may hold it), or give -i the JSON of `ansible-inventory --list`")
         return s.without_nul(value, what, lambda _: self.mark)
+
+    def vaulted(self) -> bool:
+        """An Ansible Vault value: `!vault |` in YAML, or the {"__ansible_vault": ...} that ansible-inventory
+        --list prints for a value it could not decrypt (or its $ANSIBLE_VAULT; text)."""
+        node = self.value
+        if isinstance(node, Scalar):
+            return node.tag == VAULT_TAG or node.text.lstrip().startswith(VAULT_HEADER)
+        if isinstance(node, Mapping):
+            return [k.text for k, _ in node.pairs if isinstance(k, Scalar)] == [VAULT_KEY]
+        return isinstance(node, str) and node.lstrip().startswith(VAULT_HEADER)
+
+    def _not_vaulted(self, what: str) -> None:
+        if self.vaulted():
+            raise VaultedValue(self.mark, what, self.name)
 
     def _one_reading(self, as_used: Any, what: str) -> None:
         """A plain YAML scalar that Ansible (YAML 1.1) and a YAML 1.2 reader read differently is refused:
@@ -81,12 +97,14 @@ class Var:
 
     def integer(self, low: int, high: int, what: str) -> int:
         """An integer, or text of digits (INI values are often text)."""
+        self._not_vaulted(what)
         value = self.plain()
         self._one_reading(int, what)
         return s.in_range(_int_like(value), low, high, what, self.mark, lambda: show(value))
 
     def gpus(self) -> tuple[int, ...]:
         """gpuops_gpus: a list [0, 1], or text '0,1' / '[0, 1]' (INI :vars values are text), or one index."""
+        self._not_vaulted("GPU indexes")
         value = self.plain()
         if isinstance(value, str):
             items: list[Any] = [x.strip() for x in value.strip().strip("[]()").split(",") if x.strip()]
@@ -103,8 +121,55 @@ class Var:
         return tuple(gpus)
 
 
-class TemplateValue(ConfigError):
-    """A Jinja template where gpuops needs a value: it fails only the targets that use it."""
+    def boolean(self, what: str) -> bool:
+        """A boolean as Ansible's `boolean()` reads it: yes/no, on/off, true/false, 1/0, y/n, t/f (any case)."""
+        self._not_vaulted(what)
+        value = self.plain()
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and ("{{" in value or "{%" in value):
+            self.text(what)  # the template error
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word in ("yes", "on", "1", "true", "y", "t"):
+            return True
+        if word in ("no", "off", "0", "false", "n", "f"):
+            return False
+        raise ConfigError(self.mark, f"expected {what} (true or false, as Ansible reads yes/no, 1/0), got {show(value)}")
+
+
+class HostValueError(ConfigError):
+    """A value gpuops cannot use in one host's variables: it fails only the targets that use it, when used."""
+
+
+class TemplateValue(HostValueError):
+    """A Jinja template where gpuops needs a value."""
+
+
+class VaultedValue(HostValueError):
+    """An Ansible Vault value where gpuops needs the value: gpuops does not decrypt vault; the way out.
+    (`ansible-inventory --list` does not decrypt either: it prints {"__ansible_vault": ...} for each one.)"""
+
+    def __init__(self, mark: Mark, what: str, variable: str, inventory: str = "INVENTORY", host: str = "HOST") -> None:
+        import shlex
+
+        shown = f"`ansible -i {shlex.quote(inventory)} {shlex.quote(host)} -m debug -a var={variable or 'VARIABLE'} " \
+                "--vault-password-file FILE`"
+        super().__init__(mark, f"expected {what}, got an Ansible Vault value (!vault): gpuops does not decrypt vault; "
+                               "write this value in plain text (or in ~/.ssh/config) where gpuops reads it; "
+                               f"{shown} shows it")
+        self.what, self.variable = what, variable
+
+    def in_inventory(self, inventory: str, host: str) -> "VaultedValue":
+        """The same error, its way out naming the inventory the user gave and the host."""
+        assert self.mark is not None
+        return VaultedValue(self.mark, self.what, self.variable, inventory, host)
+
+
+VAULT_TAG = "!vault"
+VAULT_HEADER = "$ANSIBLE_VAULT;"
+VAULT_KEY = "__ansible_vault"  # what ansible-inventory --list prints for a value it could not decrypt
 
 
 _NO_READING = object()
@@ -168,7 +233,7 @@ def plain(value: Any) -> Any:
 
 def yaml_vars(node: Node, where: str) -> dict[str, Var]:
     """The variables of a YAML mapping (a host's, a group's vars:, a group_vars/ file)."""
-    return {key.text: Var(value, value.mark) for key, value in s.entries(node, where)}
+    return {key.text: Var(value, value.mark, key.text) for key, value in s.entries(node, where)}
 
 
 @dataclass
