@@ -17,6 +17,8 @@ TEST = "test"  # `gpuops notify-test`
 FROM_EVENT = {"abort_start": "aborted", "stopped_elsewhere": "aborted", "restart": "restarted", "done": "ended",
               "match": "warned", "stall": "stalled"}
 EXCERPT_LIMIT = 4000
+#: Who stopped a run (abort.json `by`), in words.
+BY = {"watchdog": "the watchdog", "client": "a following gpuops", "stop": "gpuops stop", "timeout": "--timeout"}
 LINE_LIMIT = 200
 
 
@@ -119,7 +121,7 @@ def text(payload: Dict[str, Any], line: Any = None) -> str:
     rule = payload.get("rule")
     if what == "aborted":
         why = "rule '%s' matched" % rule if rule and payload["outcome"] == "aborted" else payload["outcome"]
-        by = payload.get("by")
+        by = BY.get(str(payload.get("by")), payload.get("by"))
         head = "gpuops: %s ABORTED%s: %s%s" % (where, " by " + str(by) if by else "", why, ": " + said if said else "")
         then = ("the watchdog restarts it (%s)" % attempt) if payload.get("restart_due") else "see why: " + look
         return "%s; %s" % (head, then)
@@ -131,10 +133,10 @@ def text(payload: Dict[str, Any], line: Any = None) -> str:
             where, rule, attempt or "attempt %s" % payload["attempt"], payload["target"])
     if what == "ended":
         ok = payload["exit_code"] == 0
-        how = "SUCCEEDED" if ok else "ENDED %s (exit %s)" % (payload["outcome"].upper(), payload["exit_code"])
-        extra = (": rule '%s'" % rule) if rule and not ok else ""
+        how = "SUCCEEDED (exit 0)" if ok else "ENDED: %s, exit %s" % (payload["outcome"], payload["exit_code"])
+        extra = (", rule '%s'" % rule) if rule and not ok else ""
         tail = "" if ok else "; see why: " + look
-        return "gpuops: %s %s%s%s%s" % (where, how, extra, " after " + attempt if attempt else "", tail)
+        return "gpuops: %s %s%s%s%s" % (where, how, extra, " (%s)" % attempt if attempt else "", tail)
     if what == "warned":
         return "gpuops: %s WARNING: rule '%s'%s; the run goes on; see: %s" % (where, rule, ": " + said if said else "",
                                                                             look)
