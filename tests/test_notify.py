@@ -74,6 +74,9 @@ def test_a_hook_that_never_answers_leaves_the_abort_and_launch_as_they_are(ct: C
         # launch returned with the run aborted while the hook still holds the aborted notification's connection.
         assert result.code == 7, result
         assert hook.open >= 1 and hook.whats()[:1] == ["aborted"]
+        # ... and inside its first try: no answer recorded, no second try yet.
+        assert len(hook.of("aborted")) == 1
+        assert not [e for e in events(ct.run_dir()) if e["event"].startswith("notify_")]
         assert run_stopped(ct) and (ct.run_dir() / "abort-done.json").exists()
         assert "ABORT: rule 'fx-tracing-race' matched" in result.err
 
