@@ -98,9 +98,12 @@ def test_an_aborted_and_an_ended_payload_validate_and_say_what_happened_where_an
     line = aborted["text"]
     assert "\n" not in line and d.name in line and "ct200" in line and "fx-tracing-race" in line and FX in line
     assert f"gpuops logs --run {d.name} -t ct200" in line
+    stacks = [{"pid": 4242, "file": "stacks/4242.txt", "threads": 3, "via": "faulthandler"}]
+    (d / "abort-done.json").write_text(json.dumps({"stacks": stacks, "survivors": []}))
     ended = payload.build(str(d), cfg, "ended", {})
     validate(ended)
     assert (ended["outcome"], ended["exit_code"], ended["command_exit_code"]) == ("aborted", 7, 130)
+    assert ended["stacks"] == stacks  # where the threads' stacks taken before the kill are kept
     assert "exit 7" in ended["text"]
 
 

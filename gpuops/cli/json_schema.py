@@ -152,7 +152,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "notify": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "playbook": S, "outcome": S, "exit_code": opt(EXIT),
         "rule": opt(S), "excerpt": opt(S), "attempt": I, "max_attempts": I, "text": S, "by": opt(S),
-        "command_exit_code": opt(I),
+        "command_exit_code": opt(I), "stacks": arr(ref("stack_process")),
     }, ("run", "what", "playbook", "outcome", "exit_code", "rule", "excerpt", "attempt", "max_attempts", "text")),
     "notify_sent": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": I, "via": NOTIFY_VIA, "status": I, "exit": I,

@@ -47,6 +47,8 @@ def build(d: str, cfg: Dict[str, Any], what: str, data: Dict[str, Any]) -> Dict[
     rule = data.get("rule") or (abort or {}).get("rule")
     excerpt = (abort or {}).get("excerpt") or data.get("excerpt")
     facts: Dict[str, Any] = {"by": (abort or {}).get("by") or data.get("stopped_by")}
+    if what in ("aborted", "ended"):  # the threads' stacks taken before the abort's signal, once it finished
+        facts["stacks"] = (read_json(os.path.join(d, p.ABORT_DONE)) or {}).get("stacks")
     if what == "aborted":
         name, code = outcome(None, abort or {"reason": data.get("reason")}, True)
         restarting = _restart_due(d, cfg)
