@@ -19,6 +19,7 @@ class ExitCode:
     TRAINING_FAILED = 6
     ABORTED = 7
     STALLED = 8
+    NOTIFY_FAILED = 9  # notify-test: a channel did not take the test notification
     TIMEOUT = 124
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE
@@ -31,7 +32,7 @@ class ExitCode:
 #: configuration (2); --timeout (124) is a budget, not a finding, so any failure elsewhere outranks it.
 SEVERITY = (
     ExitCode.TERMINATED, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
-    ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.CONNECT,
+    ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.NOTIFY_FAILED, ExitCode.CONNECT,
     ExitCode.USAGE, ExitCode.TIMEOUT,
 )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.config import inventory, playbook, watch
+from gpuops.config import inventory, notify_keys, playbook, watch
 from gpuops.config import restart_keys as restart
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def test_the_keys_inside_a_value_are_named_in_their_row() -> None:
     """watch.rules items, watch.stall_auto and env values are mappings documented in their parent's row."""
     rows = playbook_rows()
     for parent, names in (("watch.rules", watch.RULE_KEYS), ("watch.stall_auto", watch.STALL_AUTO_KEYS),
-                          ("env", playbook.ENV_VALUE_KEYS)):
+                          ("env", playbook.ENV_VALUE_KEYS), ("notify", notify_keys.CHANNEL_KEYS + notify_keys.WEBHOOK_KEYS)):
         line = next(line for line in PLAYBOOK_PAGE.read_text().splitlines() if line.startswith(f"| `{parent}` |"))
         assert parent in rows
         assert [n for n in names if not re.search(rf"\b{n}\b", line)] == [], parent

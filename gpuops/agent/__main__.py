@@ -16,6 +16,8 @@ TOOLS = {
     "runs": "run.history",  # the run history of this target, as JSON lines
     "stacks": "run.stacks",  # every thread's stack of the run's Python processes, now or as recorded
     "report": "run.collect",  # one run's records, samples and events for its report, as one JSON object
+    "notify": "notify.sender",  # deliver one queued notification of a run (started detached by the watchdog)
+    "notify-test": "notify.sender",  # try every notify channel of a playbook once, from here
 }
 
 
@@ -24,7 +26,7 @@ def main(argv: list) -> int:
         sys.stderr.write("usage: python3 -m gpuops_agent {%s} ...\n" % ",".join(sorted(TOOLS)))
         return 2
     module = importlib.import_module("." + TOOLS[argv[0]], __package__)
-    tool = getattr(module, "tool_" + argv[0], None) or module.main
+    tool = getattr(module, "tool_" + argv[0].replace("-", "_"), None) or module.main
     return int(tool(argv[1:]) or 0)
 
 

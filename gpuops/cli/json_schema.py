@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuops.agent.notify.payload import TEST as NOTIFY_TEST, WHATS as NOTIFY_WHATS
 from gpuops.agent.wire.protocol import SCHEMA_VERSION, RunState
 
 Schema = dict[str, Any]
@@ -55,6 +56,7 @@ COMMON: dict[str, Schema] = {
 WHO = {"enum": ["watchdog", "client", "stop", "timeout"]}
 REASON = {"enum": ["match", "stall", "stop", "timeout"]}
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
+NOTIFY_VIA = {"enum": ["webhook", "command"]}
 
 #: Nested shapes shared by several events.
 SHAPES: dict[str, Schema] = {
@@ -146,6 +148,20 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
                 "attempt": I, "error": S, "text": S}, ("run", "pid", "file", "threads", "via", "text")),
     "stopped_elsewhere": ({"reason": opt(S), "stopped_by": opt(S), "rule": opt(S), "by": WHO}, ("stopped_by",)),
     "survivors": ({"pids": arr(I), "by": WHO}, ("pids",)),
+    # -- notifications (playbook `notify:`, docs/notify.md) -------------------------------------------
+    "notify": ({
+        "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "playbook": S, "outcome": S, "exit_code": opt(EXIT),
+        "rule": opt(S), "excerpt": opt(S), "attempt": I, "max_attempts": I, "text": S, "by": opt(S),
+        "command_exit_code": opt(I), "stacks": arr(ref("stack_process")),
+    }, ("run", "what", "playbook", "outcome", "exit_code", "rule", "excerpt", "attempt", "max_attempts", "text")),
+    "notify_sent": ({
+        "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": I, "via": NOTIFY_VIA, "status": I, "exit": I,
+        "tries": I, "seconds": N, "output": S, "by": WHO,
+    }, ("what", "channel", "via")),
+    "notify_failed": ({
+        "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": opt(I), "via": NOTIFY_VIA, "status": I, "exit": I,
+        "reason": S, "tries": I, "seconds": N, "output": S, "by": WHO,
+    }, ("what", "reason")),
     # -- launch --dry-run ------------------------------------------------------------------------------
     "dry_run_step": ({"step": S, "command": S, "stdin": S}, ("step", "command")),
     # -- status, runs --------------------------------------------------------------------------------------

@@ -55,8 +55,8 @@ def main(quiet: bool) -> None:
     """Run GPU training jobs in Proxmox LXC containers over SSH, and stop them the moment they go wrong.
 
     Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
-    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 124 --timeout, 130 Ctrl-C,
-    143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 3 > 2 > 124.
+    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 9 notify-test failed, 124 --timeout,
+    130 Ctrl-C, 143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
     """
     from gpuops.cli import style as looks
 
@@ -190,6 +190,17 @@ def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
     from gpuops.cli.stop_cmd import run_stop
 
     return run_stop(inventory, playbook, targets, every=every, as_json=as_json, verbose=verbose)
+
+
+@main.command("notify-test", epilog=SEVERAL)
+@common_options()
+@boundary
+def notify_test(inventory, playbook, targets, as_json, verbose) -> int:
+    """Send a test notification through every `notify:` channel of the playbook, from the target; print what each
+    answered (exit 9 when any failed)."""
+    from gpuops.cli.notify_cmd import run_notify_test
+
+    return run_notify_test(inventory, playbook, targets, as_json=as_json, verbose=verbose)
 
 
 @main.command()

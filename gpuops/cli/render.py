@@ -105,6 +105,12 @@ def _who(by: Any) -> str:
     return {"watchdog": "the watchdog", "client": "gpuops", "stop": "gpuops stop", "timeout": "--timeout"}.get(str(by), str(by))
 
 
+def _last(text: Any) -> str:
+    """A command's output, as one line: its last non-blank line."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 _WATCHDOG_WORDS = {
     "watchdog_stale": lambda ev: (
         "the run's watchdog is not answering" + (f" (last heartbeat {ev.get('age')}s ago)" if ev.get("age") is not None else "")
@@ -129,6 +135,13 @@ _WATCHDOG_WORDS = {
         f"attempt {ev.get('attempt')} will not start: the run was stopped by {_who(ev.get('stopped_by'))}"),
     "restart_failed": lambda ev: f"attempt {ev.get('attempt')} failed to start: {ev.get('message')}",
     "telemetry_problem": lambda ev: str(ev.get("message")),
+    "notify_sent": lambda ev: (
+        f"notified ({ev.get('what')}) through {ev.get('via')} channel {ev.get('channel')}: "
+        + (f"HTTP {ev.get('status')}" if ev.get("status") is not None else f"exit {ev.get('exit')}")
+        + (f"; it printed: {_last(ev.get('output'))}" if ev.get("what") == "test" and _last(ev.get("output")) else "")),
+    "notify_failed": lambda ev: (
+        f"NOTIFICATION FAILED ({ev.get('what')}) through {ev.get('via') or 'a'} channel {ev.get('channel') or ''}: "
+        f"{ev.get('reason')}"),
     "rule_disabled": lambda ev: (
         f"rule '{ev.get('rule')}' took {ev.get('seconds')}s on one line (its pattern backtracks catastrophically): "
         "it is no longer applied; the other rules, the stall clock and --timeout go on"),

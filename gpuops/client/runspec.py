@@ -120,7 +120,15 @@ def watch_config(job: Job, run_id: str) -> dict[str, Any]:
         secrets=list(pb.secrets),
         restart=restart_config(job),
         stacks=w.stacks,
+        notify=notify_config(job),
     )
+
+
+def notify_config(job: Job) -> list[dict[str, Any]]:
+    """watch.json's `notify`: the channels the watchdog sends through (a secret URL travels as watch.json's
+    secrets do: in the run directory, mode 0600, never shown)."""
+    return [{"on": list(c.on), "webhook": c.webhook, "secret": c.secret, "format": c.format, "command": c.command}
+            for c in job.playbook.notify]
 
 
 def restart_config(job: Job) -> dict[str, Any] | None:
@@ -147,6 +155,7 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
     again = job.playbook.restart.command if job.playbook.restart is not None and watch["restart"] else None
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
+        watch["notify"] = [{**c, "webhook": "***"} if c["secret"] else c for c in watch["notify"]]
         command = job.mask(command)
         again = job.mask(again) if again else again
     return dumps({

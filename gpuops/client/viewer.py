@@ -23,7 +23,7 @@ from gpuops.agent.watch.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
-          "restart")
+          "restart", "notify_sent", "notify_failed")
 
 
 def build_matcher(job: Job, start_offset: int = 0) -> Any:

@@ -15,13 +15,14 @@ from gpuops.config.playbook_model import (
     Preflight,
     Warmup,
 )
+from gpuops.config.notify_keys import parse_notify
 from gpuops.config.restart_keys import parse_restart
 from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError, Mark
 
 PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort",
-                 "restart")
+                 "restart", "notify")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
 LAUNCH_KEYS = ("session", "command", "compile_guard")
@@ -64,6 +65,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         watch=(watch := parse_watch(top.get("watch"), env, warnings)),
         abort=_abort(top.get("abort")),
         restart=parse_restart(top.get("restart"), watch, warnings),
+        notify=parse_notify(top.get("notify"), environ, need_env),
         warnings=tuple(warnings),
     )
 

@@ -128,6 +128,25 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Channel:
+    """One `notify:` channel: a webhook (POST) or a command run on the target, for the events in `on`."""
+
+    on: tuple[str, ...]
+    webhook: str | None = None  # the URL (a secret one is in Playbook.secrets, shown as ***)
+    secret: bool = False  # the URL is a secret: never shown, logged or sent anywhere but to the hook
+    format: Literal["json", "slack"] = "json"
+    command: str | None = None
+    from_env: str | None = field(default=None, compare=False)  # the local variable the URL is read from
+
+    @property
+    def shown(self) -> str:
+        """What this channel is, as gpuops may show it."""
+        if self.command is not None:
+            return "command"
+        return "webhook " + ("***" if self.secret else str(self.webhook))
+
+
+@dataclass(frozen=True)
 class Abort:
     signal: str = wf.ABORT_SIGNAL  # a signal name without SIG
     grace: float = wf.ABORT_GRACE
@@ -148,10 +167,14 @@ class Playbook:
     watch: Watch = field(default_factory=Watch)
     abort: Abort = field(default_factory=Abort)
     restart: Restart | None = None  # None: no restarts
+    notify: tuple[Channel, ...] = ()  # where the watchdog tells the operator what happened (docs/notify.md)
     target_mark: Mark | None = None
     warnings: tuple[str, ...] = ()  # "FILE:LINE:COL: message": fine to run, worth a look (validate, launch)
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be shown."""
-        return tuple(v.value for v in self.env if v.secret and v.value)
+        hooks = [c.webhook for c in self.notify if c.secret and c.webhook]
+        # A secret URL also without its scheme: an error text may quote it as host/path.
+        hooks += [h.split("://", 1)[1] for h in hooks if "://" in h]
+        return tuple(v.value for v in self.env if v.secret and v.value) + tuple(hooks)

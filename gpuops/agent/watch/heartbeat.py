@@ -10,7 +10,7 @@ import json
 import os
 import stat
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..wire import protocol as p
 from ..run.prepare import append_event
@@ -58,8 +58,9 @@ class Pulse:
 class EventLog:
     """events.jsonl: the watchdog's decisions, one JSON object a line, appended (never rewritten)."""
 
-    def __init__(self, d: str) -> None:
+    def __init__(self, d: str, listener: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
         self.path = os.path.join(d, p.EVENTS)
+        self.listener = listener  # told of each event written (the notifier: agent/notify/outbox.py)
         self.reported: set = set()
         self.findings: set = set()  # (detector rule, gpu) reported
         self.counts: Dict[str, int] = {}
@@ -88,6 +89,8 @@ class EventLog:
         with self.lock:
             self.pending.append((event, data))
         self.flush()
+        if self.listener is not None:
+            self.listener(event, data)
 
     def flush(self) -> None:
         with self.lock:

@@ -33,6 +33,7 @@ from .stall import StallClock
 from ..system.filewatch import Waker
 from .ruleset import build_matcher, stall_config
 from .heartbeat import EventLog, Pulse, _write_state
+from ..notify.outbox import Notifier
 
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.
@@ -49,7 +50,7 @@ class Watchdog:
         self.run_id = os.path.basename(d)
         self.session = cfg["session"]
         self.masker = Masker(cfg.get("secrets") or [])
-        self.events = EventLog(d)
+        self.events = EventLog(d, Notifier(d, cfg).saw)  # playbook `notify:` (agent/notify)
         self.state_path = os.path.join(d, p.WATCHDOG)
         self.attempt = restarts.current(d)
         state = read_json(self.state_path) or {}
@@ -74,7 +75,7 @@ class Watchdog:
         self.last_beat = 0.0
         self.live = Liveness(d, self.session, self.run_id, self.session_seen)
         #: Woken by the log and the run's records (inotify), not polling them; its own records wake nobody.
-        self.waker = Waker(d, [p.LOG], quiet=(p.WATCHDOG, p.EVENTS, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT))
+        self.waker = Waker(d, [p.LOG], quiet=(p.WATCHDOG, p.EVENTS, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT, p.NOTIFY))
         self.stall_said = False
         self.write_failing = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)

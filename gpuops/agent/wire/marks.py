@@ -27,6 +27,8 @@ MARKS = frozenset({
     "aborted", "already", "claimed", "prepared", "recorded",
     # stacks
     "stacks",
+    # notify-test
+    "notified",
 })
 #: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
 NEED_LIB_EXIT = 97
@@ -250,6 +252,11 @@ def parse_abort(text: str) -> AbortReply:
 def parse_stacks(text: str) -> List[Dict[str, Any]]:
     """stacks' answer: one {pid, file, threads, via, text[, attempt, error]} per Python process of the run."""
     return [row for key, value in marks(text) if key == "stacks" for row in [_object(value)] if row]
+
+
+def parse_notify_test(text: str) -> List[Dict[str, Any]]:
+    """notify-test's answer: one object per channel, in the playbook's order (what it answered)."""
+    return [_object(value) for key, value in marks(text) if key == "notified"]
 
 
 def parse_kill_marked(text: str) -> List[int]:

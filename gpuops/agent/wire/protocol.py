@@ -19,7 +19,8 @@ from .frames import (  # noqa: F401  (the wire's names, one import for both side
 from .marks import (  # noqa: F401
     CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
     LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked,
-    parse_lock, parse_pct_exec, parse_probe, parse_stacks, parse_start, said_need_lib, said_stopped,
+    parse_lock, parse_notify_test, parse_pct_exec, parse_probe, parse_stacks, parse_start, said_need_lib,
+    said_stopped,
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`
@@ -68,6 +69,8 @@ STARTED = "started"  # written once training's tmux session exists: from then on
 PROFILE = "profile.json"  # the run's steady figures, written when it ends
 SAMPLES = "samples.jsonl"  # recent raw GPU/throughput samples, one JSON object a line
 SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/median/max
+NOTIFY = "notify.jsonl"  # the run's notifications: each one queued (with its payload), each channel's delivery
+NOTIFY_DIR = "notify"  # per notification: its payload file, its sender's lock, each command channel's output
 COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
 STACKS = "stacks"  # stacks/<pid>.txt: the threads' stacks of each Python process of the training, taken before an abort
 WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; its mtime is when the warmup last spoke)

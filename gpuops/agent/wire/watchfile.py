@@ -49,20 +49,22 @@ COMPILE_AFTER_WARMUP: Dict[str, Any] = DETECTOR_DEFAULTS["compile_after_warmup"]
 #: Every key of watch.json, as compose writes them.
 KEYS = ("schema_version", "run", "playbook", "session", "gpus", "max_memory_used_mib", "abort", "builtin",
         "builtin_rules", "rules", "stall", "sample_interval", "throughput", "gpu_memory", "compile_after_warmup",
-        "recompiles", "env", "secrets", "restart", "stacks")
+        "recompiles", "env", "secrets", "restart", "stacks", "notify")
 
 
 def compose(*, run: str, playbook: str, session: str, gpus: List[int], max_memory_used_mib: int,
             abort: Dict[str, Any], builtin: bool, builtin_rules: Dict[str, str], rules: List[Dict[str, str]],
             stall: Dict[str, Any], sample_interval: float, throughput: Optional[Dict[str, Any]],
             gpu_memory: Optional[Dict[str, Any]], compile_after_warmup: Optional[Dict[str, Any]], recompiles: bool,
-            env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]], stacks: str) -> Dict[str, Any]:
+            env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]], stacks: str,
+            notify: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The record, every key named (a key added on one side and not the other fails here, not on a target)."""
     return {"schema_version": p.SCHEMA_VERSION, "run": run, "playbook": playbook, "session": session, "gpus": gpus,
             "max_memory_used_mib": max_memory_used_mib, "abort": abort, "builtin": builtin,
             "builtin_rules": builtin_rules, "rules": rules, "stall": stall, "sample_interval": sample_interval,
             "throughput": throughput, "gpu_memory": gpu_memory, "compile_after_warmup": compile_after_warmup,
-            "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart, "stacks": stacks}
+            "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart, "stacks": stacks,
+            "notify": notify}
 
 
 def write(d: str, cfg: Dict[str, Any]) -> None:
@@ -97,6 +99,11 @@ def stall_settings(cfg: Dict[str, Any]) -> Tuple[float, Optional[Dict[str, float
 
 def sample_interval(cfg: Dict[str, Any]) -> float:
     return float(cfg.get("sample_interval") or SAMPLE_INTERVAL)
+
+
+def notify_channels(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The run's notification channels (`on`, `webhook` or `command`, `format`, `secret`); [] for none."""
+    return [c for c in cfg.get("notify") or [] if isinstance(c, dict)]
 
 
 def max_memory_used_mib(cfg: Dict[str, Any]) -> int:

@@ -63,6 +63,11 @@ def runs(limit: int, playbook: str | None = None) -> Cmd:
     return python_tool("runs", str(limit), *(() if playbook is None else (playbook,)))
 
 
+def notify_test() -> Cmd:
+    """Each notify channel tried once, from the target (the channels, payload and env on stdin)."""
+    return python_tool("notify-test")
+
+
 def kill_session(session: str) -> Cmd:
     """End a tmux session that has no run record (nothing of gpuops to stop in it)."""
     return Cmd("tmux", "kill-session", "-t", f"={session}")

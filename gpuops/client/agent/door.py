@@ -218,6 +218,16 @@ class Agent:
             raise err
         return reply
 
+    def notify_test(self, spec: bytes, *, timeout: float) -> list[dict[str, Any]]:
+        """What each notify channel answered to one test payload (the spec on stdin, secrets included);
+        RemoteError when the tool said nothing."""
+        result = self._run(commands.notify_test(), timeout=max(self.timeout, timeout), stdin=spec)
+        answers = p.parse_notify_test(result.out)
+        if not answers and result.exit_code != 0:
+            raise RemoteError(self._said(f"{self.label}: notify-test failed (exit {result.exit_code}): "
+                                         f"{result.err.strip()[-300:] or 'nothing said'}"))
+        return answers
+
     def kill_session(self, session: str) -> None:
         """End a tmux session that has no run record."""
         self._run(commands.kill_session(session))

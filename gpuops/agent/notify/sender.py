@@ -1,0 +1,123 @@
+"""The `notify` tool (deliver one queued notification of a run, every channel at once) and `notify-test`.
+
+`python3 -m gpuops_agent notify RUN_ID KEY` is started detached by the watchdog (outbox.spawn); it holds
+the notification's lock while it works, so a second sender of the same key does nothing, and skips the
+channels notify.jsonl already has an answer of. Each channel's answer is appended to notify.jsonl and
+is an event of the run (`notify_sent`, `notify_failed`) that `logs -f` and `launch` show.
+`python3 -m gpuops_agent notify-test` reads {channels, payload, env, workdir} on stdin, tries each
+channel once and prints one `notified` marker per channel.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List
+
+from ..wire import protocol as p
+from ..wire import watchfile
+from ..wire.masking import Masker
+from ..wire.records import read_json
+from ..run.prepare import append_event
+from . import deliver, outbox
+
+
+def _answered(d: str, key: str) -> Dict[int, str]:
+    """Channel -> sent/failed, as notify.jsonl says for this key."""
+    return {int(r["channel"]): r["state"] for r in outbox.records(d)
+            if r["key"] == key and r.get("state") in (outbox.SENT, outbox.FAILED) and isinstance(r.get("channel"), int)}
+
+
+def report(d: str, key: str, what: str, number: int, channel: Dict[str, Any], answer: Dict[str, Any]) -> None:
+    """The channel's answer, in notify.jsonl and as an event of the run."""
+    via = deliver.channel_kind(channel)
+    fields = {k: answer[k] for k in ("status", "exit", "tries", "seconds", "reason") if k in answer}
+    if via == "command":
+        fields["output"] = outbox.output_file(d, key, number)
+    outbox.append(d, {"key": key, "channel": number, "state": outbox.SENT if answer["ok"] else outbox.FAILED, **fields})
+    append_event(d, "notify_sent" if answer["ok"] else "notify_failed", what=what, channel=number, via=via, **fields)
+
+
+def tool_notify(argv: List[str]) -> int:
+    run_id, key = argv
+    d = p.run_dir(run_id)
+    cfg = watchfile.read(d) or {}
+    channels = watchfile.notify_channels(cfg)
+    queued = next((r for r in outbox.records(d) if r["key"] == key and r.get("state") == outbox.QUEUED), None)
+    payload = read_json(outbox.payload_file(d, key))
+    if queued is None or payload is None:
+        sys.stderr.write("notify: nothing queued as %s in %s\n" % (key, d))
+        return 2
+    lock = open(outbox.lock_file(d, key), "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another sender has it
+    masker = Masker(cfg.get("secrets") or [])
+    since = float(queued.get("ts") or time.time())
+    done = _answered(d, key)
+    workers = []
+    for number in queued.get("channels") or []:
+        if number in done or not 1 <= number <= len(channels):
+            continue
+        channel = channels[number - 1]
+
+        def one(number: int = number, channel: Dict[str, Any] = channel) -> None:
+            answer = deliver.with_retries(channel, payload, since=since, folder=d,
+                                          payload_file=outbox.payload_file(d, key),
+                                          output=outbox.output_file(d, key, number), mask=masker)
+            report(d, key, str(queued.get("what")), number, channel, answer)
+
+        workers.append(threading.Thread(target=one, name="gpuops-notify-%d" % number))
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    outbox.append(d, {"key": key, "state": outbox.DONE})
+    return 0
+
+
+def tool_notify_test(argv: List[str]) -> int:
+    """Each channel tried once, from here (the target's network and env), its answer printed as a marker."""
+    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    channels: List[Dict[str, Any]] = spec.get("channels") or []
+    payload: Dict[str, Any] = spec["payload"]
+    masker = Masker(spec.get("secrets") or [])
+    work = tempfile.mkdtemp(prefix="gpuops-notify-test-")
+    try:
+        for name, text in (("env.sh", spec.get("env") or ""), (p.WORKDIR, spec.get("workdir") or "")):
+            fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        payload_file = os.path.join(work, "payload.json")
+        with open(payload_file, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(payload, sort_keys=True) + "\n")
+        answers: List[Dict[str, Any]] = [{} for _ in channels]
+
+        def one(i: int) -> None:
+            started = time.time()
+            output = os.path.join(work, "%d.out" % (i + 1))
+            answer = deliver.once(channels[i], payload, folder=work, payload_file=payload_file, output=output,
+                                  mask=masker)
+            answer.pop("retry", None)
+            answer.update(channel=i + 1, via=deliver.channel_kind(channels[i]), seconds=round(time.time() - started, 3))
+            if channels[i].get("command"):
+                answer["output"] = masker(deliver.tail(output))
+            answers[i] = answer
+
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(len(channels))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for answer in answers:
+        print(p.mark("notified", json.dumps(answer, sort_keys=True)))
+    return 0

@@ -1,0 +1,58 @@
+"""`gpuops notify-test`: one test payload through every `notify:` channel, sent from the target (its network
+and env are what the watchdog's notifications will use), and what each channel answered."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Iterator
+
+from gpuops.agent.notify.payload import TEST, test_payload
+from gpuops.client.events import Event, Outcome
+from gpuops.client.job import Job
+from gpuops.client.runspec import env_script, notify_config, workdir
+from gpuops.errors import ExitCode, UsageError
+
+#: The target tool tries every channel at once: a command's 30 s limit, plus a start on a loaded target.
+TOOL_TIMEOUT = 60.0
+
+
+def test_spec(job: Job, run: str) -> bytes:
+    """What the target's notify-test reads on stdin (secret URLs and env values included: it is not shown)."""
+    pb = job.playbook
+    return json.dumps({
+        "channels": notify_config(job),
+        "payload": test_payload(run, job.target.name, pb.name),
+        "env": env_script(job).render() + "\n",
+        "workdir": workdir(job),
+        "secrets": list(pb.secrets),
+    }).encode()
+
+
+def notify_test(job: Job) -> Iterator[Event | Outcome]:
+    """Each channel's answer as a notify_sent / notify_failed event, then the outcome (exit 9 if any failed)."""
+    pb = job.playbook
+    if not pb.notify:
+        raise UsageError(f"{pb.path}: the playbook has no notify: channels to test", hint="see docs/notify.md")
+    run = "notify-test-" + secrets.token_hex(3)
+    answers = job.agent.notify_test(test_spec(job, run), timeout=TOOL_TIMEOUT)
+    failed = []
+    for i, channel in enumerate(pb.notify, 1):
+        answer = next((a for a in answers if a.get("channel") == i), None)
+        if answer is None:
+            answer = {"ok": False, "channel": i, "via": "command" if channel.command else "webhook",
+                      "reason": "the target's notify-test said nothing of this channel"}
+        fields = {k: answer[k] for k in ("channel", "via", "status", "exit", "reason", "seconds", "output") if k in answer}
+        ok = bool(answer.get("ok"))
+        if not ok:
+            failed.append(i)
+        yield Event("notify_sent" if ok else "notify_failed", job.target.name, None, {"what": TEST, **fields})
+    total = len(pb.notify)
+    if failed:
+        which = ", ".join(map(str, failed))
+        yield Outcome("notify-failed", ExitCode.NOTIFY_FAILED,
+                      f"{len(failed)} of {total} notification channel(s) failed (channel {which}), sent from "
+                      f"{job.target.name}")
+        return
+    yield Outcome("notified", ExitCode.OK, f"every notification channel ({total}) took the test payload, sent from "
+                                          f"{job.target.name}")

@@ -1,0 +1,105 @@
+"""The playbook's `notify:` section: where the watchdog tells the operator what happened (docs/notify.md)."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping as Env
+from urllib.parse import urlsplit
+
+from gpuops.agent.notify.payload import DEFAULT_ON, WHATS
+from gpuops.config import schema as s
+from gpuops.config.playbook_model import Channel
+from gpuops.config.yamlpos import Node, Scalar
+from gpuops.errors import ConfigError, Mark
+
+CHANNEL_KEYS = ("on", "webhook", "format", "command")
+WEBHOOK_KEYS = ("value", "from_env", "secret")
+FORMATS = ("json", "slack")
+MAX_CHANNELS = 20
+
+
+def parse_notify(node: Node | None, environ: Env[str, str] = os.environ, need_env: bool = True) -> tuple[Channel, ...]:
+    """The channels, in order (none when the section is absent or null)."""
+    if node is None or s.is_null(node):
+        return ()
+    channels = s.items(node, "notification channels (each a mapping with `webhook` or `command`)")
+    if len(channels) > MAX_CHANNELS:
+        raise ConfigError(channels[MAX_CHANNELS].mark, f"notify: at most {MAX_CHANNELS} channels")
+    return tuple(_channel(item, i, environ, need_env) for i, item in enumerate(channels, 1))
+
+
+def _channel(node: Node, number: int, environ: Env[str, str], need_env: bool) -> Channel:
+    where = f"notify channel {number}"
+    sec = s.Section(node, where, CHANNEL_KEYS)
+    hook, command = sec.get("webhook"), sec.get("command")
+    if (hook is None) == (command is None):
+        mark = sec.key_mark("command") if hook is not None else sec.mark
+        raise ConfigError(mark, f"{where} takes `webhook` (a URL) or `command` (run on the target), "
+                                f"{'not both' if hook is not None else 'and has neither'}")
+    on = _on(sec.get("on"), where) if sec.get("on") is not None else DEFAULT_ON
+    fmt = "json"
+    if (n := sec.get("format")) is not None:
+        if command is not None:
+            raise ConfigError(sec.key_mark("format"), f"{where}: `format` is for a webhook; a command gets the "
+                                                      "payload in the file $GPUOPS_NOTIFY_JSON")
+        fmt = s.choice(n, FORMATS, "a webhook format (json: the payload; slack: {\"text\": ...})")
+    if command is not None:
+        return Channel(on=on, command=s.nonempty(command, "a command run on the target"))
+    url, secret, source = _webhook(hook, where, environ, need_env)
+    return Channel(on=on, webhook=url, secret=secret, format=fmt, from_env=source)  # type: ignore[arg-type]
+
+
+def _on(node: Node, where: str) -> tuple[str, ...]:
+    out: dict[str, None] = {}
+    for item in s.items(node, f"events ({', '.join(WHATS)})"):
+        name = item.text if isinstance(item, Scalar) and item.kind == "str" else None
+        if name not in WHATS:
+            got = f"'{name}'" if name is not None else s.describe(item)
+            raise ConfigError(item.mark, f"{where}: on: {got} is no event; expected one of {', '.join(WHATS)}"
+                                         f"{s.suggest(name or '', WHATS)}")
+        if name in out:
+            raise ConfigError(item.mark, f"{where}: on lists '{name}' twice")
+        out[name] = None
+    if not out:
+        raise ConfigError(node.mark, f"{where}: on is empty; leave it out for the default ({', '.join(DEFAULT_ON)})")
+    return tuple(out)
+
+
+def _webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:
+    """(URL, secret, the local variable it was read from)."""
+    if isinstance(node, Scalar):
+        return _url(s.nonempty(node, "a webhook URL (http:// or https://)"), node.mark, where, shown=True), False, None
+    sec = s.Section(node, f"{where}'s webhook", WEBHOOK_KEYS)
+    value_node, from_node = sec.get("value"), sec.get("from_env")
+    if (value_node is None) == (from_node is None):
+        raise ConfigError(sec.mark, f"{where}'s webhook takes `value` (the URL) or `from_env` (the variable "
+                                    "holding it), one of them")
+    secret_node = sec.get("secret")
+    if value_node is not None:
+        secret = s.boolean(secret_node) if secret_node is not None else False
+        url = _url(s.nonempty(value_node, "a webhook URL"), value_node.mark, where, shown=not secret)
+        return url, secret, None
+    secret = s.boolean(secret_node) if secret_node is not None else True  # a URL kept in the environment is a credential
+    source = from_node.text if isinstance(from_node, Scalar) and s.IDENTIFIER.match(from_node.text) else None
+    if source is None:
+        raise ConfigError(from_node.mark, f"expected an environment variable name, got {s.describe(from_node)}")
+    if source not in environ:
+        if not need_env:
+            return "", secret, source
+        raise ConfigError(from_node.mark, f"environment variable '{source}' is not set ({where}'s webhook "
+                                          "reads its URL from it)")
+    return _url(environ[source], from_node.mark, where, shown=not secret, source=source), secret, source
+
+
+def _url(url: str, mark: Mark, where: str, *, shown: bool, source: str | None = None) -> str:
+    """An http(s) URL with a host; the message never quotes a secret one."""
+    parts = urlsplit(url) if url.isprintable() else None
+    if parts is not None and parts.scheme in ("http", "https") and parts.hostname:
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+            return url
+        except ValueError:
+            pass
+    what = f"environment variable '{source}'" if source else f"{where}'s webhook"
+    got = f": got {url!r}" if shown else " (its value is a secret: not shown)"
+    raise ConfigError(mark, f"{what} is not an http:// or https:// URL with a host{got}")

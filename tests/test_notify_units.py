@@ -1,0 +1,157 @@
+"""Notifications, in process: the playbook's `notify:` (FILE:LINE:COL errors), the payload (valid in `gpuops
+schema`, one line a person reads), and one delivery against a real HTTP server on 127.0.0.1 (an answer, an
+error worth retrying or not, a hook that never answers, a secret URL kept out of every reason)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from bench.hook import Hook
+from bench.playbooks import playbook_error, write_playbook
+from gpuops.agent.notify import deliver, payload
+from gpuops.agent.wire.masking import Masker
+from gpuops.cli.json_schema import schema
+from gpuops.config import load_playbook
+
+HEAD = "launch: {session: s, command: train}\n"
+
+
+def validate(obj: dict) -> None:
+    full = schema()
+    jsonschema.Draft202012Validator({"$ref": f"#/$defs/{obj['event']}", "$defs": full["$defs"]},
+                                    format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).validate(obj)
+
+
+def test_channels_read_with_their_defaults_and_a_secret_url_from_the_environment(tmp_path: Path) -> None:
+    path = write_playbook(tmp_path, HEAD, """\
+        notify:
+          - webhook: {from_env: HOOK_URL}
+          - on: [ended, warned]
+            webhook: https://hooks.example.org/x
+            format: slack
+          - on: [stalled]
+            command: 'mail -s "$GPUOPS_NOTIFY_TEXT" me@example.org </dev/null'
+        """)
+    pb = load_playbook(path, environ={"HOOK_URL": "https://hooks.example.org/T0/B0/s3cr3t"})
+    first, second, third = pb.notify
+    assert (first.on, first.secret, first.format, first.webhook) == (
+        ("aborted", "restarted", "ended"), True, "json", "https://hooks.example.org/T0/B0/s3cr3t")
+    assert (second.on, second.secret, second.format) == (("ended", "warned"), False, "slack")
+    assert third.command and third.on == ("stalled",)
+    assert "https://hooks.example.org/T0/B0/s3cr3t" in pb.secrets  # masked wherever gpuops speaks
+    assert first.shown == "webhook ***"
+
+
+@pytest.mark.parametrize(("text", "where", "said"), [
+    ("notify: {webhook: http://x}\n", "2:9", "expected a list of notification channels"),
+    ("notify:\n  - on: [aborted]\n", "3:5", "takes `webhook` (a URL) or `command`"),
+    ("notify:\n  - webhook: http://h/x\n    command: echo\n", "4:5", "not both"),
+    ("notify:\n  - webhook: ftp://h/x\n", "3:14", "not an http:// or https:// URL with a host: got 'ftp://h/x'"),
+    ("notify:\n  - webhook: http://h/x\n    on: [aborted, endd]\n", "4:19", "'endd' is no event"),
+    ("notify:\n  - webhook: http://h/x\n    on: []\n", "4:9", "on is empty"),
+    ("notify:\n  - webhook: http://h/x\n    format: xml\n", "4:13", "json | slack, got 'xml'"),
+    ("notify:\n  - command: echo\n    format: slack\n", "4:5", "`format` is for a webhook"),
+    ("notify:\n  - webhook: {from_env: NOT_SET_HERE}\n", "3:25", "'NOT_SET_HERE' is not set"),
+    ("notify:\n  - webhook: {value: http://h/x, from_env: A}\n", "3:14", "one of them"),
+])
+def test_a_bad_channel_is_one_message_at_its_line(tmp_path: Path, text: str, where: str, said: str) -> None:
+    message = playbook_error(write_playbook(tmp_path, HEAD, text))
+    assert message.startswith(where + ":"), message
+    assert said in message, message
+
+
+def test_a_secret_url_that_is_not_a_url_is_refused_without_showing_it(tmp_path: Path) -> None:
+    path = write_playbook(tmp_path, HEAD, "notify:\n  - webhook: {from_env: HOOK_URL}\n")
+    with pytest.raises(Exception) as info:
+        load_playbook(path, environ={"HOOK_URL": "not-a-url-s3cr3t"})
+    assert "is not an http:// or https:// URL" in str(info.value) and "s3cr3t" not in str(info.value)
+
+
+def run_dir(tmp_path: Path, abort: dict | None = None, exit_code: str | None = None) -> Path:
+    d = tmp_path / "20261203-101500-abcdef"
+    d.mkdir()
+    (d / "meta.json").write_text(json.dumps({"target": "ct200", "playbook": "dflash"}))
+    if abort is not None:
+        (d / "abort.json").write_text(json.dumps(abort))
+    if exit_code is not None:
+        (d / "exit_code").write_text(exit_code)
+    return d
+
+
+FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function"
+
+
+def test_an_aborted_and_an_ended_payload_validate_and_say_what_happened_where_and_what_to_do(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, abort={"reason": "match", "rule": "fx-tracing-race", "by": "watchdog",
+                                 "excerpt": "Traceback (most recent call last):\n" + FX}, exit_code="130\n")
+    cfg = {"restart": None}
+    aborted = payload.build(str(d), cfg, "aborted", {"reason": "match", "rule": "fx-tracing-race"})
+    validate(aborted)
+    assert (aborted["what"], aborted["outcome"], aborted["exit_code"], aborted["rule"]) == (
+        "aborted", "aborted", 7, "fx-tracing-race")
+    assert aborted["run"] == d.name and aborted["target"] == "ct200" and FX in aborted["excerpt"]
+    line = aborted["text"]
+    assert "\n" not in line and d.name in line and "ct200" in line and "fx-tracing-race" in line and FX in line
+    assert f"gpuops logs --run {d.name} -t ct200" in line
+    stacks = [{"pid": 4242, "file": "stacks/4242.txt", "threads": 3, "via": "faulthandler"}]
+    (d / "abort-done.json").write_text(json.dumps({"stacks": stacks, "survivors": []}))
+    ended = payload.build(str(d), cfg, "ended", {})
+    validate(ended)
+    assert (ended["outcome"], ended["exit_code"], ended["command_exit_code"]) == ("aborted", 7, 130)
+    assert ended["stacks"] == stacks  # where the threads' stacks taken before the kill are kept
+    assert "exit 7" in ended["text"]
+
+
+def test_a_success_a_warning_a_stall_and_a_test_validate(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, exit_code="0\n")
+    ok = payload.build(str(d), {}, "ended", {})
+    assert (ok["outcome"], ok["exit_code"], ok["rule"]) == ("succeeded", 0, None) and "SUCCEEDED" in ok["text"]
+    warned = payload.build(str(d), {}, "warned", {"rule": "loss-nan", "action": "warn", "excerpt": "loss nan"})
+    stalled = payload.build(str(d), {}, "stalled", {"seconds": 900})
+    for obj in (ok, warned, stalled, payload.test_payload("notify-test-abc123", "ct200", "dflash")):
+        validate(obj)
+    assert payload.what_of("match", {"action": "abort"}) is None and payload.what_of("match", {"action": "warn"})
+    assert payload.key_of("warned", 2, "loss nan/x") == "warned-2-loss_nan_x"
+
+
+def test_one_post_reaches_the_hook_and_says_its_status() -> None:
+    with Hook(200) as hook:
+        answer = deliver.post(hook.url, b'{"a": 1}', Masker([]))
+        assert answer == {"ok": True, "status": 200}
+        assert hook.got == [{"a": 1}]
+
+
+@pytest.mark.parametrize(("status", "retry"), [(500, True), (429, True), (404, False)])
+def test_an_http_error_says_its_status_and_whether_it_is_worth_another_try(status: int, retry: bool) -> None:
+    with Hook(status) as hook:
+        answer = deliver.post(hook.url, b"{}", Masker([]))
+    assert (answer["ok"], answer["status"], answer["retry"]) == (False, status, retry)
+
+
+def test_a_hook_that_never_answers_costs_one_timeout_and_the_reason_hides_a_secret_url() -> None:
+    with Hook(None, path="/T0/B0/s3cr3t-path") as hook:
+        started = time.monotonic()
+        answer = deliver.post(hook.url, b"{}", Masker([hook.url]), timeout=0.5)
+        assert hook.open == 1  # the connection is still held: the try gave up on its own timeout
+        assert time.monotonic() - started < 5
+    assert not answer["ok"] and answer["retry"] and "no answer within 0.5s" in answer["reason"]
+    bad = deliver.post("http://127.0.0.1:1/s3cr3t-path", b"{}", Masker(["http://127.0.0.1:1/s3cr3t-path"]))
+    assert "s3cr3t" not in bad["reason"] and "cannot reach the hook" in bad["reason"]
+
+
+def test_retries_back_off_and_stop_at_a_final_answer() -> None:
+    slept: list[float] = []
+    with Hook(503) as hook:
+        answer = deliver.with_retries({"webhook": hook.url}, {"text": "t"}, since=time.time(), folder="/", payload_file="",
+                                      output="", mask=Masker([]), retry_for=20.0, sleep=slept.append)
+        assert len(hook.got) == answer["tries"] == len(slept) + 1 and slept[:3] == [1.0, 2.0, 5.0]
+    assert not answer["ok"] and "tried" in answer["reason"]
+    with Hook(404) as hook:
+        answer = deliver.with_retries({"webhook": hook.url, "format": "slack"}, {"text": "a line"}, since=time.time(),
+                                      folder="/", payload_file="", output="", mask=Masker([]), sleep=slept.append)
+        assert answer["tries"] == 1 and hook.got == [{"text": "a line"}]  # slack: {"text": ...} only
