@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from .. import SH
 from ..wire import protocol as p
 from ..system import tmux
-from .attempt import current as current_attempt, due as restart_due, moved_on
+from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
+from .prepare import append_event
 from ..wire import watchfile
 from ..system.procs import parents, run_of, running, started_at
 from ..wire.records import read_json, write_json_atomic
@@ -342,8 +343,10 @@ def tool_abort(argv: List[str]) -> int:
     grace = watchfile.abort_settings(cfg)[1]
     done: Optional[Dict[str, Any]] = None
     for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
-        attempt = current_attempt(d)["attempt"]
-        won, current = claim(d, record)
+        with step_lock(d):  # never between a restart's publication of attempt n+1 and its filing of attempt n
+            finish_step(d, lambda event, **data: append_event(d, event, **data))
+            attempt = current_attempt(d)["attempt"]
+            won, current = claim(d, record)
         if won:
             # A launch still warming up has no session yet: the sequence then reaps its warmup.
             _say(p.mark("claimed", json.dumps(current, sort_keys=True)))

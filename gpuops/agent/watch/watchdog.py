@@ -83,6 +83,7 @@ class Watchdog:
         self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
+        self.over = False  # the attempt ended: finish() runs
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
@@ -266,6 +267,8 @@ class Watchdog:
     def finish(self) -> None:
         """Reap what is left (a worker can outlive its session and keep writing), drain the log,
         settle a match the run outlived, record the end."""
+        self.over = True
+        self.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
             survivors = reap(self.run_id)
@@ -318,7 +321,7 @@ class Watchdog:
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
             "restarts": self.restarts, "attempt": self.attempt["attempt"],
             "max_attempts": restarts.max_attempts(self.cfg),
-            "restart_due": self.status == "aborting" and restarts.due(self.d, self.cfg) is not None,
+            "restart_due": (self.status == "aborting" or self.over) and restarts.due(self.d, self.cfg) is not None,
             "disabled_rules": sorted(self.matcher.guard.disabled), "wait": self.waker.mode,
             **self.quiet.heartbeat(),
         })

@@ -1,0 +1,60 @@
+"""Restarts under faults (issue 29), end to end on the bench: each race window is held open at its named
+point (gpuops/agent/system/pause.py, GPUOPS_TEST_PAUSE_AT), not hit by luck.
+
+What a user notices is asserted: a stop in the middle of a restart ends the run for good; the supervisor
+leaves a watchdog that waits out a long restart delay alone; another launch cannot take the GPUs of a run
+that is between attempts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import FakeProxmox, SshServer, wait_until
+from bench.pauses import flock_waiters, pause_env, reached, release
+from bench.watchdog import events, heartbeat
+from test_restart import fails_once, restart_events, run_over, with_restart
+from test_watch import Ct, make_ct, trainer
+
+
+@pytest.fixture
+def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
+    return make_ct(sshd, fake_proxmox, tmp_path)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_stop_while_the_watchdog_files_the_ended_attempt_away_ends_the_run_for_good(ct: Ct) -> None:
+    # The watchdog is held after it published attempt 2 and before it moved attempt 1's records away: the
+    # window where a stop used to lose to attempt 1's abort, be told "already", and let attempt 2 start.
+    pauses = pause_env(ct.fake, ct.tmp / "pauses", "restart-published")
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "300"))
+    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 1})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: reached(pauses, "restart-published"), timeout=60, message="the watchdog in its restart step")
+    stop = ct.start("stop")
+    # Held until the stop has decided (it ends) or waits for the step to be over (blocked on its lock).
+    wait_until(
+        lambda: stop.proc.poll() is not None or any("abort" in _cmdline(pid) for pid in flock_waiters()),
+        timeout=60, message="the stop to claim or to wait for the restart step")
+    release(pauses, "restart-published")
+    stopped = stop.finish()
+    assert stopped.code == 0, stopped
+    wait_until(lambda: run_over(ct), timeout=60, message="the run to end")
+    assert (d / "abort.json").exists() and json.loads((d / "abort.json").read_text())["by"] == "stop", (stopped, events(d))
+    assert json.loads((d / "attempts" / "1" / "abort.json").read_text())["by"] == "watchdog"
+    assert len(restart_events(d)) == 1 and not (d / "attempts" / "2").exists()
+    assert b"step 300/300" not in ((d / "log").read_bytes() if (d / "log").exists() else b"")
+    assert "already" not in stopped.err and "stopped" in stopped.err, stopped
+    after = ct.gpuops("logs", "-f", "--json")
+    assert after.events()[-1]["outcome"] == "stopped", after
+    ct.assert_run_gone()
