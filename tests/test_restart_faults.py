@@ -58,3 +58,18 @@ def test_a_stop_while_the_watchdog_files_the_ended_attempt_away_ends_the_run_for
     after = ct.gpuops("logs", "-f", "--json")
     assert after.events()[-1]["outcome"] == "stopped", after
     ct.assert_run_gone()
+
+
+def test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watchdog(ct: Ct) -> None:
+    # 10 s of delay against the supervisor's 8 s without a pulse: the waiting watchdog must still be heard.
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 10})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: restart_events(d), timeout=60, message="the restart of attempt 1")
+    waiting = heartbeat(d)["pid"]
+    wait_until(lambda: run_over(ct), timeout=90, message="attempt 2 to finish")
+    kinds = [e["event"] for e in events(d)]
+    assert "watchdog_restarted" not in kinds and "watchdog_resumed" not in kinds, events(d)
+    assert heartbeat(d)["pid"] == waiting and (d / "exit_code").read_text().strip() == "0"
+    assert kinds.count("attempt_started") == 1

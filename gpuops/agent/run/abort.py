@@ -74,12 +74,16 @@ def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Option
         return None
 
 
-def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT) -> List[Dict[str, Any]]:
-    """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then."""
+def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT,
+          beat: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
+    """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then.
+    `beat`: called each poll (a watchdog's heartbeat: draining is no freeze)."""
     if not gpus:
         return []
     deadline = time.monotonic() + timeout
     while True:
+        if beat is not None:
+            beat()
         state = gpu_state(gpus)
         if state is None:
             return []

@@ -145,7 +145,7 @@ def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[D
             return {"code": 124, "message": "warmup on GPU %d timed out after %gs" % (gpu, timeout)}
         if proc.returncode != 0:
             return {"code": proc.returncode, "message": "warmup on GPU %d exited with code %d" % (gpu, proc.returncode)}
-        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0))
+        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0), beat=beat)
     return None
 
 
@@ -157,16 +157,21 @@ def substitute(template: str, gpu: int) -> str:
 _last_beat = [0.0]
 
 
-def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> None:
-    """The watchdog's heartbeat while an attempt waits: clients see it alive and restarting."""
+def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> bool:
+    """The watchdog's heartbeat while an attempt waits: clients see it alive and restarting. True when it
+    beat (the caller pulses the supervisor then: a wait is no freeze)."""
     if not force and time.time() - _last_beat[0] < p.HEARTBEAT_EVERY:
-        return
+        return False
     _last_beat[0] = time.time()
     path = os.path.join(d, p.WATCHDOG)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
-                             "state": p.WATCHDOG_RESTARTING,
-                             "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
-                             "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
+                                 "state": p.WATCHDOG_RESTARTING,
+                                 "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
+                                 "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:  # a full disk: the next beat tries again; the pulse needs no disk
+        pass
+    return True

@@ -294,6 +294,7 @@ class Watchdog:
         if after is not None:  # the attempt's records (its profile too) are kept; the next attempt waits
             self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
             restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
+            self.pulse.beat()
             return
         self.status = "done"
         self.events.write("done")
@@ -381,8 +382,9 @@ def main(argv: list) -> int:
         return 3
     # Killed is not done: the supervisor starts the watchdog again unless watchdog.json says done.
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
+    pulse = Pulse()  # the supervisor hears the watchdog while the next attempt waits, too
     while True:
-        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec),
+        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(),
                                    lambda event, **data: append_event(d, event, **data))
         wd = Watchdog(d, cfg)
         if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
