@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench import FakeProxmox, SshServer, wait_until
 from bench.pauses import flock_waiters, pause_env, reached, release
@@ -73,3 +74,22 @@ def test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watch
     assert "watchdog_restarted" not in kinds and "watchdog_resumed" not in kinds, events(d)
     assert heartbeat(d)["pid"] == waiting and (d / "exit_code").read_text().strip() == "0"
     assert kinds.count("attempt_started") == 1
+
+
+def test_another_playbooks_launch_on_the_gpus_of_a_run_between_attempts_is_refused(ct: Ct) -> None:
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 6})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    wait_until(lambda: restart_events(d) and not ct.session_alive(), timeout=60, message="the restart delay")
+    other = ct.tmp / "other.yaml"
+    data = yaml.safe_load((ct.tmp / "playbook.yaml").read_text())
+    data["name"], data["launch"]["session"], data["launch"]["command"] = "other", "other", trainer("steps", "--steps", "2")
+    data.pop("restart", None)
+    other.write_text(yaml.safe_dump(data, sort_keys=False))
+    refused = ct.gpuops("launch", playbook=other)
+    assert refused.code == 4, refused
+    assert "between attempts" in refused.err and ct.run_id() in refused.err, refused
+    wait_until(lambda: run_over(ct), timeout=90, message="attempt 2 to finish")
+    assert (d / "exit_code").read_text().strip() == "0"
+    assert ct.gpuops("launch", playbook=other).code == 0  # the GPUs are free once the run ended
