@@ -9,6 +9,7 @@ that is between attempts.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,38 @@ def test_another_playbooks_launch_on_the_gpus_of_a_run_between_attempts_is_refus
     wait_until(lambda: run_over(ct), timeout=90, message="attempt 2 to finish")
     assert (d / "exit_code").read_text().strip() == "0"
     assert ct.gpuops("launch", playbook=other).code == 0  # the GPUs are free once the run ended
+
+
+def test_short_restarted_attempts_are_streamed_in_full_twice_in_a_row(ct: Ct) -> None:
+    # Attempts 2 and 3 each end well within a second: every line of each must reach the following launch
+    # (attempt 1 takes 3 s, so the launch follows from its first line).
+    count = shlex.quote(str(ct.tmp / "attempts"))
+    command = (f"n=$(cat {count} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {count}; echo attempt $n begins; "
+               f"iv=0.05; [ $n -gt 1 ] || iv=1; {trainer('steps', '--steps', '3', '--interval', '$iv')}; "
+               f"echo attempt $n ends; [ $n -ge 3 ] || exit 3")
+    with_restart(ct, command, {"max": 2, "on": ["failed"], "delay": 0})
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 0, result
+    evs = result.events()
+    lines = [e["line"] for e in evs if e["event"] == "log"]
+    for n in (1, 2, 3):
+        assert f"attempt {n} begins" in lines and f"attempt {n} ends" in lines, [(e["event"], e.get("line") or e.get("what") or e.get("attempt")) for e in evs]
+        begins, ends = lines.index(f"attempt {n} begins"), lines.index(f"attempt {n} ends")
+        assert [line.split()[1] for line in lines[begins + 1:ends]] == ["1/3", "2/3", "3/3"], lines
+    assert [e["attempt"] for e in evs if e["event"] == "restart"] == [2, 3]
+    assert evs[-1]["attempts"] == 3, evs[-1]
+
+
+def test_ctrl_c_of_a_following_launch_during_a_healthy_attempt_2_leaves_it_running(ct: Ct) -> None:
+    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "600", "--interval", "0.1"))
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 0})
+    launch = ct.start("launch")
+    d = ct.fake.home(200) / ".gpuops" / "runs"
+    launch.wait_for(lambda: "step 3/600" in launch.err + launch.out, "attempt 2 to be followed", timeout=90)
+    launch.signal()
+    done = launch.finish()
+    assert done.code == 130, done
+    assert "still alive" in done.err and "Reattach with: gpuops logs -f" in done.err, done
+    assert "while stopping" not in done.err and "gpuops stop" not in done.err, done
+    assert ct.session_alive() and not (ct.run_dir() / "abort.json").exists(), list(d.iterdir())
+    assert ct.gpuops("stop").code == 0
