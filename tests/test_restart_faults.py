@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from bench import FakeProxmox, SshServer, wait_until
+from bench.faults import can_mount, full_disk, tmpfs
 from bench.pauses import flock_waiters, pause_env, reached, release
 from bench.watchdog import events, heartbeat
 from test_restart import fails_once, restart_events, run_over, with_restart
@@ -129,3 +130,17 @@ def test_ctrl_c_of_a_following_launch_during_a_healthy_attempt_2_leaves_it_runni
     assert "while stopping" not in done.err and "gpuops stop" not in done.err, done
     assert ct.session_alive() and not (ct.run_dir() / "abort.json").exists(), list(d.iterdir())
     assert ct.gpuops("stop").code == 0
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs root and mount(8) for a tmpfs")
+def test_the_abort_claim_works_with_0_bytes_free_and_leaves_no_claim_files(tmp_path: Path) -> None:
+    from gpuops.agent.run.abort import claim
+    from gpuops.agent.run.attempt import ended_by
+
+    with tmpfs(tmp_path / "runs", "1m") as d, full_disk(d):
+        (d / "exit_code").write_text("3\n")  # written before the disk filled: a command that exited 3 ...
+        won, record = claim(str(d), {"reason": "stop", "by": "stop"})
+        assert won and record["by"] == "stop"
+        assert not claim(str(d), {"reason": "match", "by": "watchdog"})[0]  # one claim, whoever comes second
+        assert sorted(p.name for p in d.iterdir() if p.name.startswith("abort")) == ["abort.json"]
+        assert ended_by(str(d)) is None  # ... stopped: an unreadable claim is never restarted

@@ -41,8 +41,14 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
     """Create abort.json with this record unless another stop got there first: (won, the record in force)."""
     path = os.path.join(d, p.ABORT)
     tmp = "%s.claim.%d.%d" % (path, os.getpid(), time.monotonic_ns())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
+    text = json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:  # a full disk: the claim is an empty abort.json (no data block), its record written if it can be
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return _claim_empty(path, text, record)
     try:
         os.link(tmp, path)
         return True, record
@@ -50,6 +56,22 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
         return False, read_json(path) or {}
     finally:
         os.unlink(tmp)
+
+
+def _claim_empty(path: str, text: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
+    """The claim made with O_EXCL, which only one caller can win, as os.link does; an empty abort.json is
+    a stop's (attempt.ended_by: never restarted) and a claimer's pid-less record (claimer_dead waits)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False, read_json(path) or {}
+    try:
+        os.write(fd, text.encode("utf-8"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True, record
 
 
 def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
