@@ -137,10 +137,11 @@ def test_the_abort_claim_works_with_0_bytes_free_and_leaves_no_claim_files(tmp_p
     from gpuops.agent.run.abort import claim
     from gpuops.agent.run.attempt import ended_by
 
-    with tmpfs(tmp_path / "runs", "1m") as d, full_disk(d):
+    with tmpfs(tmp_path / "runs", "1m") as d:
         (d / "exit_code").write_text("3\n")  # written before the disk filled: a command that exited 3 ...
-        won, record = claim(str(d), {"reason": "stop", "by": "stop"})
-        assert won and record["by"] == "stop"
-        assert not claim(str(d), {"reason": "match", "by": "watchdog"})[0]  # one claim, whoever comes second
-        assert sorted(p.name for p in d.iterdir() if p.name.startswith("abort")) == ["abort.json"]
-        assert ended_by(str(d)) is None  # ... stopped: an unreadable claim is never restarted
+        with full_disk(d):
+            won, record = claim(str(d), {"reason": "stop", "by": "stop"})
+            assert won and record["by"] == "stop"
+            assert not claim(str(d), {"reason": "match", "by": "watchdog"})[0]  # one claim, whoever comes second
+            assert sorted(p.name for p in d.iterdir() if p.name.startswith("abort")) == ["abort.json"]
+            assert ended_by(str(d)) is None  # ... stopped: an unreadable claim is never restarted
