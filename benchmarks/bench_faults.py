@@ -25,6 +25,7 @@ import yaml
 
 from benchkit import GPUOPS, ROOT, Row, Site, wait_for
 from faults_agent import AGENT_FAULTS
+from faults_restart import RESTART_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
@@ -240,6 +241,20 @@ def resumed_watchdog() -> Result:
     return f"watchdog frozen, logs -f aborted, watchdog resumed: match shown {shown}x", shown == 1 and follow.returncode == 7
 
 
+def excursion_way_back() -> Result:
+    """+3 GiB for 12 s in a 30 s window: its way back is no jump once its way out left the window."""
+    fired = _simulate(Detectors(CONFIG, GOOD, T0), 600, lambda _t: COMPILED,
+                      lambda t: LEVEL + 3072 if 300 <= t < 312 else LEVEL)
+    return f"+3 GiB for 12 s: {', '.join(fired) or 'nothing'}", fired == []
+
+
+def eval_pause() -> Result:
+    """A 40 s pause every 300 s, the figures unchanged: no throughput-drop."""
+    base = Baseline(GOOD.run, COMPILED, GOOD.gpu_memory, "last", figure_rate=1.0)
+    fired = _simulate(Detectors(CONFIG, base, T0), 1000, lambda t: None if t % 300 >= 260 else COMPILED, lambda _t: LEVEL)
+    return f"40 s pause every 300 s: {', '.join(fired) or 'nothing'}", fired == []
+
+
 FAULTS: List[Tuple[str, Callable[[], Result]]] = AGENT_FAULTS + [
     ("19.6 a slow run that only warned is the next baseline", warned_run_as_baseline),
     ("19.6 a changed batch size read as a regression", changed_command_no_baseline),
@@ -252,7 +267,9 @@ FAULTS: List[Tuple[str, Callable[[], Result]]] = AGENT_FAULTS + [
     ("19.12 multi-target status behind a black-hole host", status_black_hole),
     ("19.12 an interrupted launch in runs", interrupted_launch),
     ("19.12 a resumed watchdog: ABORT shown twice", resumed_watchdog),
-]
+    ("29.8 an excursion whose way out left the window", excursion_way_back),
+    ("29.8 a periodic eval pause", eval_pause),
+] + RESTART_FAULTS
 
 
 def matrix(faults: List[Tuple[str, Callable[[], Result]]]) -> List[Tuple[str, str, str]]:

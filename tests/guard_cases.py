@@ -11,6 +11,7 @@ No case changes to suit the guard: each is code as a trainer writes it.
 import json
 import sys
 import threading
+import time
 
 import torch
 
@@ -153,6 +154,67 @@ def case_train():
         fns[i](x(4, 32, requires_grad=True), x(4, 32)).sum().backward()
 
     return in_threads(work)
+
+
+def case_parallel_apply():
+    """Forwards in threads, one per replica, the backward in the main thread (nn.parallel.parallel_apply's
+    shape): each step's threads end before the main thread runs the backward."""
+    fns = [torch.compile(step) for _ in range(THREADS)]
+    errors = []
+    for n in range(2):
+        outs = [None] * THREADS
+
+        def forward(i):
+            try:
+                outs[i] = fns[i](x(4, 32 + n, requires_grad=True), x(4, 32 + n))
+            except RuntimeError as exc:
+                errors.append(str(exc).splitlines()[0])
+
+        threads = [threading.Thread(target=forward, args=(i,)) for i in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for out in outs:
+            out.sum().backward()
+    return errors
+
+
+def case_ctrl_c():
+    """Ctrl-C while the main thread's cached call waits on the shared side (another thread's first call
+    compiles): the trainer's `except KeyboardInterrupt` saves its checkpoint."""
+    import os
+    import signal
+
+    def waits_for_the_lock(frame):
+        while frame is not None:
+            if frame.f_code.co_name == "shared_slow":  # the guard's wait on the shared side
+                return True
+            frame = frame.f_back
+        return False
+
+    fn = torch.compile(step)
+    fn(x(4, 32), x(4, 32))
+    main = threading.get_ident()
+    compiling = threading.Event()
+
+    def first_call():
+        compiling.set()
+        fn(x(8, 32), x(8, 32))  # a new signature: the exclusive side, for TORCH_STANDIN_COMPILE_SECONDS
+
+    def interrupt():
+        compiling.wait()
+        while not waits_for_the_lock(sys._current_frames()[main]):
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=first_call, daemon=True).start()
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        while True:
+            fn(x(4, 32), x(4, 32))
+    except KeyboardInterrupt:
+        return ["checkpoint saved"]
 
 
 def case_global_state():

@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
+import pytest
+
 from gpuops.agent.detect.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
 from gpuops.agent.detect.profile import find_baseline, keep_profile
 from gpuops.agent.detect.telemetry import TelemetryLog
@@ -240,7 +242,35 @@ def test_one_checkpoint_excursion_is_not_volatile_the_eager_fallbacks_swings_are
 
 
 def test_the_note_says_why_no_earlier_run_is_comparable() -> None:
-    why = "run 20261201-102500-3fa9c2 ran another command or env (a changed batch size is a new measure, not a regression)"
+    why = "run 20261201-102500-3fa9c2 ran another command, env, workdir or GPUs (a changed batch size is a new measure, not a regression)"
     (_, note), = simulate(Detectors(CONFIG, None, T0, no_baseline=why), 300, flat(EAGER), flat(EAGER_LEVEL))
     assert note.rule == "no-baseline" and note.message.startswith("no comparable baseline for throughput")
-    assert why in note.message and note.figures["why"] == why and "same command and env" in note.advice
+    assert why in note.message and note.figures["why"] == why and "same command, env, workdir and GPUs" in note.advice
+
+
+@pytest.mark.parametrize("seconds", [8, 12, 16])
+def test_an_excursion_whose_way_out_left_the_window_is_no_jump(seconds: int) -> None:
+    # issue 29.8a: +3 GiB for 8-16 s in a 30 s window read "jumped from 4,515 to 1,443 MiB and stayed"
+    # once its up-move left the window (16 s is over half the window: its median is a shift, said as one)
+    def excursion(t: float) -> int:
+        return LEVEL + 3072 if 300 <= t < 300 + seconds else LEVEL
+
+    found = simulate(Detectors(CONFIG, GOOD, T0), 600, flat(COMPILED), excursion)
+    assert "gpu-memory-volatile" not in rules(found), [f.message for _, f in found]
+
+
+def test_a_2_s_excursion_in_a_6_s_window_sampled_twice_a_second_is_no_volatility() -> None:
+    config = {**CONFIG, "gpu_memory": {**DEFAULTS["gpu_memory"], "window": 6, "settle": 10}}
+    det, found = Detectors(config, GOOD, T0), []
+    for tick in range(400):
+        t = T0 + tick / 2
+        det.sample(t, {5: (LEVEL + 3072 if 100 <= tick / 2 < 102 else LEVEL, 17)})
+        found += det.judge(t)
+    assert [f.rule for f in found if f.rule == "gpu-memory-volatile"] == [], [f.message for f in found]
+
+
+def test_a_periodic_eval_pause_is_no_throughput_drop() -> None:
+    # issue 29.8b: a 40 s pause every 300 s read as "0.46x, fewer step lines" though each figure is unchanged
+    base = replace(GOOD, figure_rate=1.0)
+    found = simulate(Detectors(CONFIG, base, T0), 1000, lambda t: None if t % 300 >= 260 else COMPILED, flat(LEVEL))
+    assert found == [], [f.message for _, f in found]

@@ -67,6 +67,32 @@ def test_a_first_calls_lazy_backward_compile_is_kept_exclusive_until_its_backwar
     assert held["errors"] and set(held["errors"]) == {FX}  # let go at once: the backward compiles race again
 
 
+def test_forwards_in_threads_with_the_backward_in_the_main_thread_never_wait_out_the_hold() -> None:
+    """parallel_apply's shape: a first call's thread ends before the main thread's backward, so holding the
+    exclusive side for it would make every other thread's first call wait the whole backward wait."""
+    out = run_case("parallel_apply", job_env(True, GPUOPS_COMPILE_GUARD_BACKWARD_WAIT="60"))
+    assert out["errors"] == [] and out["counts"]["serialized"] == 6
+    assert out["counts"]["backward_timeouts"] == 0, out["counts"]
+
+
+def test_ctrl_c_while_waiting_on_the_shared_side_reaches_the_trainers_keyboardinterrupt_handler() -> None:
+    env = {**job_env(True), "TORCH_STANDIN_COMPILE_SECONDS": "5"}  # the other thread's first call takes 5 s
+    out = run_case("ctrl_c", env)
+    assert out["errors"] == ["checkpoint saved"], out
+
+
+@pytest.mark.parametrize("value", ["300s", "-1", "inf", "five"])
+def test_a_malformed_backward_wait_leaves_the_training_running_and_says_so_once(value: str) -> None:
+    env = job_env(True, GPUOPS_COMPILE_GUARD_BACKWARD_WAIT=value)
+    done = subprocess.run([sys.executable, str(CASES), "train"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["guarded"] is True and out["errors"] == [] and out["counts"]["backward_holds"] == 3
+    said = [line for line in done.stderr.splitlines() if "GPUOPS_COMPILE_GUARD_BACKWARD_WAIT" in line]
+    assert said == [f"gpuops compile guard: GPUOPS_COMPILE_GUARD_BACKWARD_WAIT={value!r} is not a number of "
+                    "seconds; using 300"], done.stderr
+
+
 def test_each_new_signature_is_one_serialized_first_call_and_waits_are_counted() -> None:
     """functions: 3 objects, 1 signature each; eval: 1 object, 2 signatures (grad on, grad off)."""
     functions, evals = run_case("functions", job_env(True)), run_case("eval", job_env(True))

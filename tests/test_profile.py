@@ -127,7 +127,7 @@ def test_a_run_that_only_warned_is_no_baseline_and_a_changed_command_has_none(tm
     meta = json.loads((tmp_path / "20261201-102500-aaaaaa" / "meta.json").read_text())
     theirs = run_digest({**meta, "command": "python train.py --batch 64"})
     baseline, why = pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", digest=theirs)
-    assert baseline is None and "another command or env" in (why or "") and "20261201-102500-aaaaaa" in (why or "")
+    assert baseline is None and "another command, env, workdir or GPUs" in (why or "") and "20261201-102500-aaaaaa" in (why or "")
     same = run_digest(meta)
     assert pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", digest=same)[0].run == (
         "20261201-102500-aaaaaa")
@@ -141,3 +141,14 @@ def test_findings_come_from_the_events_so_a_restarted_watchdog_loses_none(tmp_pa
         f.write(json.dumps({"event": "note", "rule": "no-baseline", "figures": {"gpu": None}}) + "\n")
         f.write(json.dumps({"event": "match", "rule": "loss-nan", "action": "warn", "offset": 10}) + "\n")
     assert keep_profile(str(run), findings=[])["findings"] == ["throughput-drop"]
+
+
+def test_a_run_in_another_workdir_or_on_other_gpus_is_no_baseline(tmp_path: Path) -> None:
+    # issue 29.8c: a run in another workdir on 1 GPU took a 4-GPU run as its baseline
+    make_run(tmp_path, "20261201-102500-aaaaaa")
+    keep_profile(str(tmp_path / "20261201-102500-aaaaaa"))
+    meta = json.loads((tmp_path / "20261201-102500-aaaaaa" / "meta.json").read_text())
+    for other in ({**meta, "workdir": "/srv/other"}, {**meta, "gpus": [5, 6, 7, 8]}):
+        baseline, why = pick_baseline(str(tmp_path), "dflash-drafter", "20261201-104000-cccccc", digest=run_digest(other))
+        assert baseline is None and "workdir or GPUs" in (why or ""), other
+    assert run_digest({**meta, "gpus": [7, 5]}) == run_digest({**meta, "gpus": [5, 7]})  # a set of GPUs, not an order

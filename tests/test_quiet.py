@@ -226,7 +226,7 @@ def test_a_slow_run_that_only_warned_is_not_the_next_runs_baseline_and_runs_show
     other = ct.gpuops("launch", "--json")
     assert other.code == 0 and detector_matches(other) == [], other
     notes = [e for e in other.events() if e["event"] == "watchdog" and e.get("what") == "note"]
-    assert any("no comparable baseline" in n.get("message", "") and "another command or env" in n["message"]
+    assert any("no comparable baseline" in n.get("message", "") and "another command, env, workdir or GPUs" in n["message"]
                for n in notes), notes
 
 

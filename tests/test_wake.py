@@ -168,3 +168,21 @@ def test_a_streaming_log_wakes_the_waiter_once_per_gather_window_not_once_per_wr
             assert len(slept) == 2
     finally:
         waker.close()
+
+
+def test_a_rotation_that_inotify_cannot_see_polls_for_a_while_not_for_good(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 29.10: `mv log log.1` with the job writing on into log.1 sends no event for the name `log`;
+    # three timed-out waits that found growth made the watchdog poll every 20 ms for the rest of the run
+    from gpuops.agent.system import filewatch as wake
+
+    (tmp_path / "log").write_bytes(b"")
+    w = wake.Waker(str(tmp_path), ["log"])
+    for _ in range(wake.MISSES_TO_POLL):
+        assert w.wait(0.01) == [] and w.timed_out
+        w.missed()  # the caller found the renamed log grown
+    assert w.mode == "poll (inotify sent no events)"
+    monkeypatch.setattr(wake.time, "monotonic", lambda: w.retry_at + 1.0)  # RETRY_AFTER later
+    w.wait(0.0)
+    assert w.mode == "inotify"
+    w.close()

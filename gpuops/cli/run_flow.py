@@ -52,6 +52,8 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
                 state["started"] = True
             elif item.kind == "abort_start":
                 state["aborting"] = True
+            elif item.kind == "restart":  # that abort ended an attempt; the next one is healthy until one begins
+                state["aborting"] = False
             render.event(item)
     except GpuopsError as exc:
         # The boundary reports it: its JSON summary names the target and the run, as every event does.

@@ -168,8 +168,14 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     if result.survivors:
         raise GpuopsError(f"{job.target.name}: processes {result.survivors} of run {run_id} survived SIGKILL")
     after = run_info(job, run_id)
-    if after is not None and after.session_alive:
-        raise GpuopsError(f"{job.target.name}: run {run_id} is still alive after its abort ({json.dumps(after.abort)})")
+    # Between attempts (restarting) a run has no session yet is alive: its watchdog ends it once it sees the stop.
+    settle = time.monotonic() + 20.0
+    while after is not None and after.state is p.RunState.RESTARTING and time.monotonic() < settle:
+        time.sleep(0.3)
+        after = run_info(job, run_id)
+    if after is not None and (after.session_alive or after.state is p.RunState.RESTARTING):
+        why = f"abort record: {json.dumps(after.abort)}" if after.abort else "no abort record could be written"
+        raise GpuopsError(f"{job.target.name}: run {run_id} is still alive after its abort ({why})")
     if warming:
         yield Outcome("stopped", ExitCode.OK, f"launch of run {run_id} stopped during its warmup; training will not start", {"run": run_id})
     else:

@@ -12,10 +12,12 @@ or numbers in the playbook); without one they are replaced by one ``no-baseline`
 
 throughput-drop judges the median of the window's figures, or of the last MIN_FIGURES figures when a
 slowdown left fewer in the window (5x slower is 5x fewer step lines), and the rate of figures against
-the baseline's: step lines far rarer than the good run's are a drop too. gpu-memory-volatile is
+the baseline's: step lines far rarer than the good run's are a drop too, unless their spacing is the
+good run's (a periodic eval pause leaves one long gap, not rarer steps). gpu-memory-volatile is
 repeated swings (SWINGS moves of more than max_swing_mib within the window, as the eager fallback's
 per-step allocations make) or a jump to a new level held for half a window; never one excursion
-that comes back (a checkpoint holding +3 GiB for 2 s).
+that comes back (a checkpoint holding +3 GiB for 2 s), also once its way out has left the window
+(the window before it is looked at too).
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ class Detectors:
         why = self.no_baseline if b is None or b.source == "playbook" else None
         message = "no %s for %s: not judged against an earlier run" % (
             "comparable baseline" if why else "baseline", " or ".join(missing)) + ("; " + why if why else "")
-        advice = ("the next run of this playbook with the same command and env that succeeds without findings "
+        advice = ("the next run of this playbook with the same command, env, workdir and GPUs that succeeds without findings "
                   "sets it (or give a number as baseline:); memory volatility and compile-after-warmup still "
                   "judge this run")
         figures = {"missing": missing, "gpus": gpus, "why": why, **self._base()}
@@ -239,6 +241,8 @@ class Detectors:
             return found
         slow = None if measured is None else measured < cfg["min_ratio"] * b.throughput
         rare = None if rate is None else rate[0] < cfg["min_ratio"] * rate[1]
+        if rare and rate is not None and (self._pace(t, cfg) or 0.0) >= cfg["min_ratio"] * rate[1]:
+            rare = False  # the figures come as often as the baseline's when they come: a pause (an eval), not slow steps
         bad = None if slow is None and rare is None else bool(slow or rare)
         began = self._episode(THROUGHPUT_DROP, None, window).starts(t, bad)
         if not began:
@@ -273,6 +277,20 @@ class Detectors:
             return None
         return len(in_window(self._figures, t - span, t)) / span, base, span
 
+    def _pace(self, t: float, cfg: Dict[str, Any]) -> Optional[float]:
+        """Figures a second as their spacing says: the median gap between the last few since settle (None
+        with fewer than two). A pause leaves one long gap, slower steps make every gap long."""
+        since, times = self.started + cfg["settle"], []  # type: float, List[float]
+        for at, _ in reversed(self._figures):
+            if at > t:
+                continue
+            if at < since or len(times) > MIN_FIGURES:
+                break
+            times.append(at)
+        gaps = [a - b for a, b in zip(times, times[1:])]
+        gap = median(gaps) if gaps else 0.0
+        return 1.0 / gap if gap > 0 else None
+
     def _note_no_figures(self, t: float, cfg: Dict[str, Any]) -> List[Finding]:
         """Once: not one figure a window past settle (a pattern that matches nothing); a few are waited for."""
         if self._steady[0] or t < self.started + cfg["settle"] + cfg["window"] or NO_THROUGHPUT in self._noted:
@@ -289,11 +307,13 @@ class Detectors:
         if cfg is None or t < self.started + cfg["settle"]:
             return []
         found: List[Finding] = []
-        lo = max(t - cfg["window"], self.started + cfg["settle"])
+        since = self.started + cfg["settle"]
+        lo, before = max(t - cfg["window"], since), max(t - 2 * cfg["window"], since)
         for gpu in sorted(self._memory):
-            points = [(at, v) for at, v in self._memory[gpu] if lo < at <= t]
+            wider = [(at, v) for at, v in self._memory[gpu] if before < at <= t]
+            points = [(at, v) for at, v in wider if at > lo]
             values = [v for _, v in points]
-            found += self._shift(t, cfg, gpu, values) + self._volatile(t, cfg, gpu, points)
+            found += self._shift(t, cfg, gpu, values) + self._volatile(t, cfg, gpu, points, wider)
         return found
 
     def _shift(self, t: float, cfg: Dict[str, Any], gpu: int, values: List[float]) -> List[Finding]:
@@ -314,12 +334,15 @@ class Detectors:
                    "window": cfg["window"], "n": len(values), "max_ratio": cfg["max_ratio"], **self._base()}
         return [Finding(MEMORY_SHIFT, cfg["action"], message, advice, figures)]
 
-    def _volatile(self, t: float, cfg: Dict[str, Any], gpu: int, points: List[Tuple[float, float]]) -> List[Finding]:
+    def _volatile(self, t: float, cfg: Dict[str, Any], gpu: int, points: List[Tuple[float, float]],
+                  wider: List[Tuple[float, float]]) -> List[Finding]:
         values = [v for _, v in points]
         turns = moves(points, cfg["max_swing_mib"]) if len(points) >= MIN_FIGURES else None
-        # one move whose new level held for half a window (and the old one a quarter before it) is a jump
+        # one move whose new level held for half a window (and the old one a quarter before it) is a jump,
+        # unless it is the way back of an excursion whose way out has just left the window (the window
+        # before it holds that one other move): a return to the old level is no new one
         jump = bool(turns) and len(turns) == 1 and t - turns[0] >= cfg["window"] / 2 and (
-            turns[0] - points[0][0] >= cfg["window"] / 4)
+            turns[0] - points[0][0] >= cfg["window"] / 4) and len(moves(wider, cfg["max_swing_mib"])) != 2
         bad = None if turns is None else len(turns) >= SWINGS or jump
         began = self._episode(MEMORY_VOLATILE, gpu, cfg["window"]).starts(t, bad)
         if not began or turns is None:

@@ -95,8 +95,11 @@ def _gpu_figures(steady: Sequence[Sample]) -> Dict[str, Dict[str, Any]]:
 
 
 def run_digest(meta: Dict[str, Any]) -> str:
-    """What makes two runs comparable: their command and env, as meta.json shows them (secrets masked)."""
-    text = json.dumps({"command": meta.get("command"), "env": meta.get("env") or {}}, sort_keys=True)
+    """What makes two runs comparable: their command, env (secrets masked), workdir and GPUs, as meta.json
+    shows them: a run on 1 GPU in another folder is no measure of a 4-GPU run."""
+    gpus = sorted(g for g in meta.get("gpus") or [] if isinstance(g, int))
+    text = json.dumps({"command": meta.get("command"), "env": meta.get("env") or {}, "workdir": meta.get("workdir") or "",
+                       "gpus": gpus}, sort_keys=True)
     return _sha256(text.encode("utf-8", "replace"))[:16]
 
 
@@ -228,8 +231,8 @@ def pick_baseline(runs_dir: str, playbook: str, exclude: str | None = None, *, d
             continue
         theirs = profile.get("digest") or run_digest(read_json(os.path.join(runs_dir, name, META)) or {})
         if digest is not None and theirs != digest:
-            changed = changed or ("run %s ran another command or env (a changed batch size is a new "
-                                  "measure, not a regression)" % name)
+            changed = changed or ("run %s ran another command, env, workdir or GPUs (a changed batch size is a "
+                                  "new measure, not a regression)" % name)
             continue
         return baseline, None
     return None, "; ".join(w for w in (changed, warned) if w) or None

@@ -15,13 +15,35 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, List
+import time
+from typing import Any, List, Optional
 
 from . import rwlock
 from . import counts
 
+DEFAULT_WAIT = 300.0
+
+
+def _wait_seconds(text: Optional[str]) -> float:
+    """GPUOPS_COMPILE_GUARD_BACKWARD_WAIT as seconds; a value that is not a number (`300s`) never stops
+    the training (this runs at `import torch`): the default, said once on stderr."""
+    if not text:
+        return DEFAULT_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value >= 0 and value != float("inf"):
+        return value
+    sys.stderr.write("gpuops compile guard: GPUOPS_COMPILE_GUARD_BACKWARD_WAIT=%r is not a number of seconds; "
+                     "using %g\n" % (text, DEFAULT_WAIT))
+    return DEFAULT_WAIT
+
+
 #: Seconds a first call's backward may take to start before the other threads are let go anyway.
-WAIT = float(os.environ.get("GPUOPS_COMPILE_GUARD_BACKWARD_WAIT") or 300.0)
+WAIT = _wait_seconds(os.environ.get("GPUOPS_COMPILE_GUARD_BACKWARD_WAIT"))
+#: How often a hold looks whether its thread can still run the backward (it ended, or waits idle).
+LOOK_EVERY = 0.05
 #: Autograd nodes looked at from a result's grad_fn (the walk stops at compiled nodes).
 WALK = 256
 _COMPILED_NODE = "CompiledFunction"
@@ -69,14 +91,27 @@ class Hold:
         self.done = False
         self.queued = False
         self._lock = threading.Lock()
-        self._timer = threading.Timer(WAIT, self.release, args=(True,))
-        self._timer.daemon = True
+        self._ended = threading.Event()
+        self._timer = threading.Thread(target=self._watch, name="gpuops-guard-hold", daemon=True)
 
     def arm(self, nodes: List[Any]) -> None:
         for node in nodes:
             node.register_hook(self._ran)
         counts.COUNTS.backward_holds += 1
         self._timer.start()
+
+    def _watch(self) -> None:
+        """Released after WAIT, or at once when the first call's thread cannot run the backward: it ended,
+        or waits idle in threading/queue (forwards in threads, backward in the main thread: the
+        `parallel_apply` shape, where holding would make every new signature wait out WAIT)."""
+        deadline = time.monotonic() + WAIT
+        while not self._ended.wait(min(LOOK_EVERY, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                self.release(True)
+                return
+            if not _may_run_backward(self.me):
+                self.release()
+                return
 
     def _ran(self, *_: Any) -> None:
         """A compiled node's backward ran: release when the whole backward pass has ended."""
@@ -95,10 +130,22 @@ class Hold:
             if self.done:
                 return
             self.done = True
-        self._timer.cancel()
+        self._ended.set()
         if timed_out:
             counts.COUNTS.backward_timeouts += 1
         rwlock.release_exclusive(self.me, 0)
+
+
+_IDLE_FILES = ("threading.py", "queue.py")
+
+
+def _may_run_backward(ident: int) -> bool:
+    """The thread is alive and not waiting idle (its innermost frame in threading or queue: a worker that
+    finished its forward and waits for work, or joins)."""
+    frame = sys._current_frames().get(ident)
+    if frame is None:
+        return False
+    return not frame.f_code.co_filename.endswith(_IDLE_FILES)
 
 
 def hold_for_backward(me: int, result: Any) -> bool:

@@ -31,13 +31,15 @@ def shared_slow(me: int) -> None:
     with _COND:
         READERS.remove(me)
         _COND.notify_all()
-        if BUSY[0]:
-            start = time.monotonic()
-            while BUSY[0]:
-                _COND.wait()
-            counts.COUNTS.waits += 1
-            counts.COUNTS.waited += time.monotonic() - start
-        READERS.append(me)
+        try:
+            if BUSY[0]:
+                start = time.monotonic()
+                while BUSY[0]:
+                    _COND.wait()
+                counts.COUNTS.waits += 1
+                counts.COUNTS.waited += time.monotonic() - start
+        finally:  # also on a Ctrl-C in the wait: the caller's `finally` removes it, and the trainer sees the KeyboardInterrupt
+            READERS.append(me)
 
 
 def wake() -> None:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from .. import SH
 from ..wire import protocol as p
 from ..system import tmux
-from .attempt import current as current_attempt, due as restart_due, moved_on
+from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
+from .prepare import append_event
 from ..wire import watchfile
 from ..system.procs import parents, run_of, running, started_at
 from ..wire.records import read_json, write_json_atomic
@@ -40,8 +41,14 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
     """Create abort.json with this record unless another stop got there first: (won, the record in force)."""
     path = os.path.join(d, p.ABORT)
     tmp = "%s.claim.%d.%d" % (path, os.getpid(), time.monotonic_ns())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
+    text = json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:  # a full disk: the claim is an empty abort.json (no data block), its record written if it can be
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return _claim_empty(path, text, record)
     try:
         os.link(tmp, path)
         return True, record
@@ -49,6 +56,22 @@ def claim(d: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
         return False, read_json(path) or {}
     finally:
         os.unlink(tmp)
+
+
+def _claim_empty(path: str, text: str, record: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
+    """The claim made with O_EXCL, which only one caller can win, as os.link does; an empty abort.json is
+    a stop's (attempt.ended_by: never restarted) and a claimer's pid-less record (claimer_dead waits)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False, read_json(path) or {}
+    try:
+        os.write(fd, text.encode("utf-8"))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True, record
 
 
 def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
@@ -73,12 +96,16 @@ def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Option
         return None
 
 
-def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT) -> List[Dict[str, Any]]:
-    """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then."""
+def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT,
+          beat: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
+    """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then.
+    `beat`: called each poll (a watchdog's heartbeat: draining is no freeze)."""
     if not gpus:
         return []
     deadline = time.monotonic() + timeout
     while True:
+        if beat is not None:
+            beat()
         state = gpu_state(gpus)
         if state is None:
             return []
@@ -342,8 +369,10 @@ def tool_abort(argv: List[str]) -> int:
     grace = watchfile.abort_settings(cfg)[1]
     done: Optional[Dict[str, Any]] = None
     for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
-        attempt = current_attempt(d)["attempt"]
-        won, current = claim(d, record)
+        with step_lock(d):  # never between a restart's publication of attempt n+1 and its filing of attempt n
+            finish_step(d, lambda event, **data: append_event(d, event, **data))
+            attempt = current_attempt(d)["attempt"]
+            won, current = claim(d, record)
         if won:
             # A launch still warming up has no session yet: the sequence then reaps its warmup.
             _say(p.mark("claimed", json.dumps(current, sort_keys=True)))

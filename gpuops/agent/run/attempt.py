@@ -1,16 +1,22 @@
 """Which attempt of a run is current, what ended it, and whether a restart is due: read from the run's records.
 
 The abort sequence (abort.py) asks these too, to tell an attempt that is being restarted from a run
-that ended, so they live below both it and restarts.py, which carries restarts out.
+that ended, so they live below both it and restarts.py, which carries restarts out. So does the
+restart step itself (`file_away`): publishing attempt n+1 and moving attempt n's records away is one
+step to a stop's claim (both under `step_lock`), and a step cut short by a killed watchdog is
+finished by whoever takes the lock next (`finish_step`), never half-seen.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
+from ..system.pause import pause_at
 from ..wire import protocol as p
-from ..wire.records import command_exit_code, read_json, read_text
+from ..wire.records import command_exit_code, read_json, read_text, write_json_atomic
 
 #: abort.json `by` values that end a run for good (never restarted).
 FOR_GOOD = ("stop", "timeout")
@@ -34,6 +40,8 @@ def ended_by(d: str) -> Optional[str]:
     """The restart.on name of what ended the current attempt (a rule, stall, failed); None: it succeeded,
     was stopped for good, was lost, or never started training."""
     abort = read_json(os.path.join(d, p.ABORT))
+    if abort is None and os.path.exists(os.path.join(d, p.ABORT)):
+        return None  # claimed with no record written (a full disk): a stop's, never restarted
     if abort is not None:
         if abort.get("by") in FOR_GOOD or abort.get("reason") in FOR_GOOD:
             return None
@@ -55,3 +63,59 @@ def moved_on(d: str, before: int) -> bool:
     """A restart began since attempt `before` was read: a stop that lost to its abort must claim again."""
     rec = current(d)
     return int(rec["attempt"]) != before
+
+
+@contextlib.contextmanager
+def step_lock(d: str) -> Iterator[None]:
+    """The restart step and a stop's claim, one at a time: flock on the run directory itself (no file to
+    create: it works on a full disk); freed by the kernel when its holder dies."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def file_away(d: str, n: int, ended: Dict[str, Any], nxt: Dict[str, Any], say: Callable[..., None]) -> None:
+    """Attempt n ended and n+1 waits (call under step_lock): attempts/<n>/attempt.json is written first
+    with the step to do (`next`), then attempt.json says n+1, attempt n's records move in, `restart`
+    is said and the step's note is dropped."""
+    dest = p.attempt_dir(d, n)
+    os.makedirs(dest, exist_ok=True)
+    write_json_atomic(os.path.join(dest, p.ATTEMPT), {**ended, "next": nxt})
+    _complete(d, n, ended, nxt, say)
+
+
+def finish_step(d: str, say: Callable[..., None]) -> bool:
+    """A restart step that was begun and cut short (its watchdog killed mid-way): finished now (call
+    under step_lock). True when there was one."""
+    n = int(current(d)["attempt"])
+    for k in (n, n - 1):
+        rec = read_json(os.path.join(p.attempt_dir(d, k), p.ATTEMPT)) if k >= 1 else None
+        if rec is not None and isinstance(rec.get("next"), dict):
+            _complete(d, k, {x: v for x, v in rec.items() if x != "next"}, rec["next"], say)
+            return True
+    return False
+
+
+def _complete(d: str, n: int, ended: Dict[str, Any], nxt: Dict[str, Any], say: Callable[..., None]) -> None:
+    dest = p.attempt_dir(d, n)
+    if int(current(d)["attempt"]) == n:
+        write_json_atomic(os.path.join(d, p.ATTEMPT), nxt)
+    pause_at("restart-published")  # test-only: the window a stop used to fall into
+    for name in (p.ABORT,) + tuple(r for r in p.ATTEMPT_RECORDS if r != p.ABORT):
+        try:
+            os.rename(os.path.join(d, name), os.path.join(dest, name))
+        except FileNotFoundError:
+            pass
+    if os.path.isdir(os.path.join(dest, p.STACKS)):  # the next attempt's processes register there again
+        os.makedirs(os.path.join(d, p.STACKS), exist_ok=True)
+    say("restart", attempt=n + 1, max_attempts=nxt.get("max_attempts"), after=nxt.get("after"),
+        compile_guard=bool(nxt.get("compile_guard")), delay=nxt.get("delay"), warmup=bool(nxt.get("warmup")),
+        previous=ended)
+    write_json_atomic(os.path.join(dest, p.ATTEMPT), ended)

@@ -2,7 +2,7 @@
 
 The watchdog does it, so a run is restarted with nobody attached. An attempt that ended is decided
 on from its records (`due`); its records then move into attempts/<n>/ and attempt.json says the
-next one waits (`begin_next`); the watchdog waits out the delay (and the warmup, if asked) and
+next one waits, in one step to a stop's claim (`begin_next`, attempt.file_away); the watchdog waits out the delay (and the warmup, if asked) and
 starts training in the same tmux session (`carry_out`), then watches it as a new attempt. A
 `gpuops stop` or `--timeout` (abort.json `by` stop / timeout) ends the run for good, also while
 the next attempt waits. Everything here is also resumed by a watchdog started again after a crash.
@@ -21,7 +21,7 @@ from .. import SH
 from ..wire import protocol as p
 from ..system import tmux
 from ..wire import watchfile
-from .attempt import FOR_GOOD, current, due, ended_by, max_attempts, moved_on  # noqa: F401 - restarts' own words
+from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, max_attempts, moved_on, step_lock  # noqa: F401
 from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic
 
 POLL = 0.1
@@ -35,10 +35,8 @@ def begin_next(d: str, cfg: Dict[str, Any], after: str, say: Callable[..., None]
            "compile_guard": bool(section.get("compile_guard")), "delay": delay, "warmup": bool(section.get("warmup")),
            "until": round(time.time() + delay, 3)}
     ended = _ended_record(d, now, after)
-    write_json_atomic(os.path.join(d, p.ATTEMPT), nxt)
-    keep(d, n, ended)
-    say("restart", attempt=n + 1, max_attempts=nxt["max_attempts"], after=after, compile_guard=nxt["compile_guard"],
-        delay=delay, warmup=nxt["warmup"], previous=ended)
+    with step_lock(d):  # one step to a stop's claim (abort.tool_abort takes the lock too)
+        file_away(d, n, ended, nxt, say)
     return nxt
 
 
@@ -53,20 +51,6 @@ def _ended_record(d: str, rec: Dict[str, Any], after: str) -> Dict[str, Any]:
             "started": rec.get("started"), "ended": round(time.time(), 3)}
 
 
-def keep(d: str, n: int, ended: Dict[str, Any]) -> None:
-    """Move attempt n's records into attempts/<n>/ (abort.json first: the next attempt's one claim is free)."""
-    dest = p.attempt_dir(d, n)
-    os.makedirs(dest, exist_ok=True)
-    for name in (p.ABORT,) + tuple(r for r in p.ATTEMPT_RECORDS if r != p.ABORT):
-        try:
-            os.rename(os.path.join(d, name), os.path.join(dest, name))
-        except FileNotFoundError:
-            pass
-    if os.path.isdir(os.path.join(dest, p.STACKS)):  # the next attempt's processes register there again
-        os.makedirs(os.path.join(d, p.STACKS), exist_ok=True)
-    write_json_atomic(os.path.join(dest, p.ATTEMPT), ended)
-
-
 def stopped(d: str) -> bool:
     """Someone (`gpuops stop`, --timeout, a client) claimed the waiting attempt's abort."""
     return os.path.exists(os.path.join(d, p.ABORT))
@@ -74,6 +58,8 @@ def stopped(d: str) -> bool:
 
 def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None], say: Callable[..., None]) -> bool:
     """A pending attempt: wait its delay, warm up if asked, start training. False: the run ends here."""
+    with step_lock(d):  # a restart step its watchdog did not finish (killed mid-way) is finished first
+        finish_step(d, say)
     rec = current(d)
     if rec.get("state") not in p.ATTEMPT_PENDING:
         return rec.get("state") != p.ATTEMPT_STOPPED
@@ -159,7 +145,7 @@ def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[D
             return {"code": 124, "message": "warmup on GPU %d timed out after %gs" % (gpu, timeout)}
         if proc.returncode != 0:
             return {"code": proc.returncode, "message": "warmup on GPU %d exited with code %d" % (gpu, proc.returncode)}
-        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0))
+        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0), beat=beat)
     return None
 
 
@@ -171,16 +157,21 @@ def substitute(template: str, gpu: int) -> str:
 _last_beat = [0.0]
 
 
-def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> None:
-    """The watchdog's heartbeat while an attempt waits: clients see it alive and restarting."""
+def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> bool:
+    """The watchdog's heartbeat while an attempt waits: clients see it alive and restarting. True when it
+    beat (the caller pulses the supervisor then: a wait is no freeze)."""
     if not force and time.time() - _last_beat[0] < p.HEARTBEAT_EVERY:
-        return
+        return False
     _last_beat[0] = time.time()
     path = os.path.join(d, p.WATCHDOG)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
-                             "state": p.WATCHDOG_RESTARTING,
-                             "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
-                             "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
+                                 "state": p.WATCHDOG_RESTARTING,
+                                 "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
+                                 "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:  # a full disk: the next beat tries again; the pulse needs no disk
+        pass
+    return True

@@ -45,17 +45,29 @@ for N in "$@"; do
   done
   gpu_fds+=("$fd")
 done
+# between_attempts RUN_DIR: a run with no session that is alive all the same: an attempt ended, a
+# restart is due or its next attempt waits (watchdog.json / attempt.json), and its supervisor lives.
+# A run holds its GPUs from preflight to its last attempt's end.
+between_attempts() {
+  grep -qsE '"restart_due": *true|"state": *"restarting"' "$1/watchdog.json" \
+    || grep -qsE '"state": *"(waiting|starting)"' "$1/attempt.json" || return 1
+  local pid
+  pid=$(head -c 16 "$1/supervisor.pid" 2>/dev/null | tr -dc '0-9')
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
 if [ $# -gt 0 ]; then
   for f in "$G"/sessions/*; do
     [ -f "$f" ] || continue
     other=${f##*/}
     [ "$other" = "$S" ] && continue
-    tmux has-session -t "=$other" 2>/dev/null || continue
     R=$(head -c 64 "$f" 2>/dev/null)
     case "$R" in ""|*[!0-9a-z-]*) continue;; esac
+    if tmux has-session -t "=$other" 2>/dev/null; then how="tmux session $other"
+    elif between_attempts "$G/runs/$R"; then how="tmux session $other, between attempts"
+    else continue; fi
     used=$(grep -o '"gpus":\[[0-9,]*\]' "$G/runs/$R/meta.json" 2>/dev/null | tr -dc '0-9,')
     for N in "$@"; do
-      case ",$used," in *",$N,"*) echo "@@gpuops gpu-held $N run $R (tmux session $other)"; exit 75;; esac
+      case ",$used," in *",$N,"*) echo "@@gpuops gpu-held $N run $R ($how)"; exit 75;; esac
     done
   done
 fi

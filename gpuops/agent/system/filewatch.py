@@ -39,6 +39,8 @@ DIR_MASK = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE
 _HEAD = struct.Struct("iIII")
 #: Timeouts in a row after which the watched file had grown though no event came: inotify is no use here.
 MISSES_TO_POLL = 3
+#: Seconds of polling after inotify missed MISSES_TO_POLL changes in a row, before it is tried again.
+RETRY_AFTER = 30.0
 NO_INOTIFY_ENV = "GPUOPS_AGENT_NO_INOTIFY"
 #: Descriptors can be waited on for a hangup alone (poll(); select() would also wake on typed input).
 HANGUPS = hasattr(select, "poll")
@@ -75,10 +77,16 @@ class Waker:
         self.records = True
         self.last_change = 0.0  # monotonic: when a wait last returned for a changed file
         self.why_poll = ""
+        self.retry_at = 0.0  # monotonic: when inotify, given up for missing events, is tried again
         self.libc = _libc()
         if self.libc is None:
             self.why_poll = "inotify turned off" if os.environ.get(NO_INOTIFY_ENV) == "1" else "no inotify here"
             return
+        self._start()
+
+    def _start(self) -> None:
+        assert self.libc is not None
+        self.watches, self.misses = {}, 0
         fd = self.libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             self.why_poll = "inotify_init1: %s" % os.strerror(self._errno())
@@ -120,6 +128,9 @@ class Waker:
         `timeout` passed (poll mode: at most POLL). Those of `fds` and `hangups` that are ready (empty when
         a file changed or time ran out)."""
         self.timed_out = False
+        if self.fd is None and self.retry_at and time.monotonic() >= self.retry_at:
+            self.retry_at = 0.0
+            self._start()
         if self.fd is None:
             self.records = True
             return _ready(list(fds), list(hangups), min(max(0.0, timeout), POLL))
@@ -188,8 +199,11 @@ class Waker:
             return
         self.misses += 1
         if self.misses >= MISSES_TO_POLL:
+            # Not for good: a log renamed away and still written (`mv log log.1`) sends its events to no
+            # watched name until its writer moves on; inotify is tried again after RETRY_AFTER.
             self.why_poll = "inotify sent no events"
             self.close()
+            self.retry_at = time.monotonic() + RETRY_AFTER
 
     def close(self) -> None:
         if self.fd is not None:

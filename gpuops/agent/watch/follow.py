@@ -170,6 +170,12 @@ class Follower:
         n, state = self.attempt_now()
         if n != self.attempt:
             self.attempt, self.gone_since = n, None
+            # The ended attempt's log (moved to attempts/<n-1>/, open here) to its end, then the new attempt's
+            # from byte 0 at once: waiting out the log's switch delay lost a short attempt's lines.
+            while self.pump_log():
+                pass
+            self.logf.close()
+            self.logf.moved_on = True
             return True
         return state in p.ATTEMPT_PENDING
 

@@ -84,6 +84,7 @@ class Watchdog:
         self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
+        self.over = False  # the attempt ended: finish() runs
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
@@ -267,6 +268,8 @@ class Watchdog:
     def finish(self) -> None:
         """Reap what is left (a worker can outlive its session and keep writing), drain the log,
         settle a match the run outlived, record the end."""
+        self.over = True
+        self.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
             survivors = reap(self.run_id)
@@ -292,6 +295,7 @@ class Watchdog:
         if after is not None:  # the attempt's records (its profile too) are kept; the next attempt waits
             self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
             restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
+            self.pulse.beat()
             return
         self.status = "done"
         self.events.write("done")
@@ -319,7 +323,7 @@ class Watchdog:
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
             "restarts": self.restarts, "attempt": self.attempt["attempt"],
             "max_attempts": restarts.max_attempts(self.cfg),
-            "restart_due": self.status == "aborting" and restarts.due(self.d, self.cfg) is not None,
+            "restart_due": (self.status == "aborting" or self.over) and restarts.due(self.d, self.cfg) is not None,
             "disabled_rules": sorted(self.matcher.guard.disabled), "wait": self.waker.mode,
             **self.quiet.heartbeat(),
         })
@@ -379,8 +383,9 @@ def main(argv: list) -> int:
         return 3
     # Killed is not done: the supervisor starts the watchdog again unless watchdog.json says done.
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
+    pulse = Pulse()  # the supervisor hears the watchdog while the next attempt waits, too
     while True:
-        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec),
+        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(),
                                    lambda event, **data: append_event(d, event, **data))
         wd = Watchdog(d, cfg)
         if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
