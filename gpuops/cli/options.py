@@ -84,14 +84,14 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
 
         as_json = kwargs.get("as_json", False)
         try:
-            with sigterm_as_interrupt():  # a cancelled CI job: as Ctrl-C, exit 143
+            with sigterm_as_interrupt():  # a cancelled CI job, a closed terminal: as Ctrl-C, exit 143 or 129
                 code = fn(*args, **kwargs)
         except GpuopsError as exc:
             code = exc.exit_code
             _report(as_json, code, "error", str(exc), getattr(exc, "hint", None), exc)
-        except Terminated:
-            code = ExitCode.TERMINATED
-            _report(as_json, code, "terminated", "terminated (SIGTERM)", None, None)
+        except Terminated as exc:  # SIGTERM, SIGHUP
+            code = exc.exit_code
+            _report(as_json, code, exc.word, exc.cause, None, None)
         except (KeyboardInterrupt, click.exceptions.Abort):  # click's confirm turns Ctrl-C into Abort
             code = ExitCode.INTERRUPTED
             _report(as_json, code, "interrupted", "interrupted", None, None)
