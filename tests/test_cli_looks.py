@@ -40,9 +40,9 @@ def test_gpuops_own_errors_have_the_same_prefix() -> None:
 
 def test_quiet_validate_says_nothing_when_all_is_well_and_still_the_error() -> None:
     loud = gpuops_text("validate", *DEMO)
-    assert loud.returncode == 0 and loud.stderr.startswith("ok: "), loud
-    quiet = gpuops_text("-q", "validate", *DEMO)
-    assert (quiet.returncode, quiet.stderr, quiet.stdout) == (0, "", ""), quiet
+    assert loud.returncode == 0 and loud.stdout.startswith("ok: ") and loud.stderr == "", loud  # the output: stdout
+    for quiet in (gpuops_text("-q", "validate", *DEMO), gpuops_text("validate", *DEMO, "-q")):  # -q before or after
+        assert (quiet.returncode, quiet.stderr, quiet.stdout) == (0, "", ""), quiet
     bad = gpuops_text("-q", "validate", "-i", "/no/such/inventory.yaml")
     assert bad.returncode == 2 and bad.stderr.startswith("gpuops: error: "), bad
 

@@ -20,6 +20,18 @@ json_option = click.option("--json", "as_json", is_flag=True, help="JSON Lines o
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="Say more.")
 
 
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from gpuops.cli import style as looks
+
+        looks.QUIET = True
+
+
+#: -q after the command too (`gpuops launch -q`), as before it (`gpuops -q launch`).
+quiet_option = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_quiet,
+                            help="Only errors and the final outcome (as `gpuops -q`).")
+
+
 def target_option(multiple: bool = False) -> Callable[[Any], Any]:
     """-t: one target (completed from the inventory's targets), or repeatable (its groups too)."""
     return click.option(
@@ -33,7 +45,7 @@ def common_options(*, several: bool = True, verbose: bool = True) -> Callable[[A
     """Every command's shared options, declared once: -i, -p, -t first, --json (and -v) last, the command's own
     options between them. Put it right under `@main.command`; `several`: -t repeatable."""
     head = [inventory_option, playbook_option, target_option(several)]
-    tail = [json_option] + ([verbose_option] if verbose else [])
+    tail = [json_option] + ([verbose_option] if verbose else []) + [quiet_option]
 
     def apply(fn: Any) -> Any:
         own = list(reversed(getattr(fn, "__click_params__", [])))  # click keeps them last-declared first
