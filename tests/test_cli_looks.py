@@ -72,3 +72,18 @@ def test_no_color_drops_every_style_on_a_terminal(local_env: LocalEnv) -> None:
     plain = raw_status(local_env, "env", "NO_COLOR=1")
     assert not SGR.search(plain), plain[:2000]
     assert b"local" in plain  # the table is still there, in plain text
+
+
+def test_a_machine_without_nvidia_smi_is_said_once_in_the_preflight_line(local_env: LocalEnv) -> None:
+    """The local demo on a machine without NVIDIA tools: one calm word where the checks are, no
+    `no GPU samples: nvidia-smi cannot run` in the middle of the training's output."""
+    import shutil
+
+    bindir = local_env.root / "no-smi-bin"
+    bindir.mkdir()
+    for tool in ("python3", "tmux", "bash", "flock"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    result = gpuops_text("launch", *DEMO, "-y", env={"PATH": f"{bindir}:/usr/bin:/bin"}, timeout=180)
+    assert result.returncode == 7, result
+    assert "[local] preflight ok; no nvidia-smi here, so no GPU telemetry\n" in result.stderr, result.stderr
+    assert "nvidia-smi cannot run" not in result.stderr, result.stderr
