@@ -24,6 +24,7 @@ class ExitCode:
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE
     TERMINATED = 143  # SIGTERM (a cancelled CI job): handled as Ctrl-C is, 128 + 15
+    HANGUP = 129  # SIGHUP (its terminal or SSH session closed): handled as SIGTERM is, 128 + 1
 
 
 #: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
@@ -31,7 +32,7 @@ class ExitCode:
 #: fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the
 #: configuration (2); --timeout (124) is a budget, not a finding, so any failure elsewhere outranks it.
 SEVERITY = (
-    ExitCode.TERMINATED, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
+    ExitCode.TERMINATED, ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
     ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.NOTIFY_FAILED, ExitCode.CONNECT,
     ExitCode.USAGE, ExitCode.TIMEOUT,
 )

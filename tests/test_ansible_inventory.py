@@ -215,7 +215,7 @@ def test_cli_validate_and_dry_run_read_an_ansible_inventory(tmp_path: Path) -> N
     inv = write(tmp_path, "hosts", LAB_INI)
     pb = write(tmp_path, "pb.yaml", "launch: {session: s, command: train}\n")
     validated = gpuops("validate", "-i", str(inv))
-    assert validated.code == 0 and f"ok: {inv}: 5 host(s), 7 target(s)" in validated.err, validated
+    assert validated.code == 0 and f"ok: {inv}: 5 host(s), 7 target(s)" in validated.text, validated
     planned = gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb), "-t", "ct200", env={"HOME": str(tmp_path)})
     assert planned.code == 0, planned
     # The whole chain, each hop user@host:port as ssh resolves it: `bastion` through ssh config (here none:

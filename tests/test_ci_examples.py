@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -124,8 +125,33 @@ def expression(text: str, ctx: dict[str, dict[str, str]]) -> str:
     return _EXPR.sub(one, str(text))
 
 
-def should_run(condition: str, failed: bool) -> bool:
-    return {"always()": True, "success()": not failed, "failure()": failed}[condition]
+def should_run(condition: str, failed: bool, cancelled: bool = False) -> bool:
+    return {"always()": True, "success()": not (failed or cancelled), "failure()": failed and not cancelled,
+            "cancelled()": cancelled}[condition]
+
+
+def shell_step(script: Path, cwd: Path, env: dict[str, str], cancel: Any = None) -> tuple[int, str]:
+    """A step's shell: run to its end, or cancelled once `cancel(cwd)` holds, as the runners cancel: `cancel.signals`,
+    each followed by its wait (GitHub: Ctrl-C to the step's process, 7.5 s, SIGTERM, 2.5 s), then the process
+    tree killed."""
+    proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    if cancel is not None:
+        wait_until(lambda: cancel(cwd) or proc.poll() is not None, timeout=STEP_TIMEOUT, message="the step to get going")
+        for sig, wait in cancel.signals:
+            if proc.poll() is None:
+                os.kill(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait)
+                except subprocess.TimeoutExpired:
+                    pass
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+    out, _ = proc.communicate(timeout=STEP_TIMEOUT)
+    return proc.returncode, out
 
 
 def github_env_file(path: Path) -> dict[str, str]:
@@ -147,7 +173,7 @@ def github_env_file(path: Path) -> dict[str, str]:
     return out
 
 
-def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[str, str]) -> Ran:
+def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[str, str], cancel: Any = None) -> Ran:
     flow = yaml.safe_load(GITHUB.read_text())
     assert flow["defaults"]["run"]["shell"] == "bash" and list(flow["jobs"]) == ["train"]
     job = flow["jobs"]["train"]
@@ -159,8 +185,9 @@ def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[
            **{k: str(p) for k, p in files.items()}, **{k: expression(v, ctx) for k, v in flow.get("env", {}).items()},
            **{k: expression(v, ctx) for k, v in job.get("env", {}).items()}, **OVERRIDES}  # fmt: skip
     ran = Ran({}, ws, [], {})
+    cancelled = False
     for number, step in enumerate(job["steps"]):
-        if not should_run(step.get("if", "success()"), ran.failed):
+        if not should_run(step.get("if", "success()"), ran.failed, cancelled):
             continue
         if "uses" in step:
             if step["uses"].startswith("actions/upload-artifact@"):
@@ -173,10 +200,11 @@ def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[
         step_env = {**env, **github_env_file(files["GITHUB_ENV"]),
                     **{k: expression(v, ctx) for k, v in step.get("env", {}).items()}}  # fmt: skip
         step_env["PATH"] = ":".join([*reversed(extra), env["PATH"]])
-        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=ws, env=step_env,
-                              capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
-        ran.codes[step["name"]] = done.returncode
-        ran.outputs[step["name"]] = done.stdout + done.stderr
+        cut = cancel if step["name"] == "Launch" else None
+        code, said = shell_step(script, ws, step_env, cut)
+        cancelled = cancelled or cut is not None
+        ran.codes[step["name"]] = code
+        ran.outputs[step["name"]] = said
     pid = github_env_file(files["GITHUB_ENV"]).get("SSH_AGENT_PID")
     ran.agent_pid = int(pid) if pid else None
     ran.step_summary = files["GITHUB_STEP_SUMMARY"].read_text() if files["GITHUB_STEP_SUMMARY"].exists() else ""
@@ -186,7 +214,7 @@ def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[
 # -- GitLab CI ------------------------------------------------------------------------------------
 
 
-def run_gitlab(bench: Bench, ws: Path, *, variables: dict[str, str]) -> Ran:
+def run_gitlab(bench: Bench, ws: Path, *, variables: dict[str, str], cancel: Any = None) -> Ran:
     ci = yaml.safe_load(GITLAB.read_text())
     job = ci["train"]
     env = {**bench.base_env(), "GITLAB_CI": "true", "CI_PROJECT_DIR": str(ws),
@@ -197,25 +225,27 @@ def run_gitlab(bench: Bench, ws: Path, *, variables: dict[str, str]) -> Ran:
     for name, lines in (("script", job["before_script"] + job["script"]), ("after_script", job["after_script"])):
         script = bench.tmp / f"gitlab-{name}.sh"
         script.write_text("\n".join(lines) + "\n")
-        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=ws, env=env,
-                              capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL)
+        if name == "after_script":  # the runner says how the job went
+            env["CI_JOB_STATUS"] = "canceled" if cancel else "failed" if ran.codes["script"] else "success"
+        code, said = shell_step(script, ws, env, cancel if name == "script" else None)
         if name == "script":
             pid_file = ws / ".gpuops-ssh-agent.pid"
             ran.agent_pid = int(pid_file.read_text()) if pid_file.exists() else None
-        ran.codes[name] = done.returncode if name == "script" else 0  # after_script never fails a GitLab job
-        ran.outputs[name] = done.stdout + done.stderr
+        ran.codes[name] = code if name == "script" else 0  # after_script never fails a GitLab job
+        ran.outputs[name] = said
     return ran
 
 
 # -- what both leave behind -----------------------------------------------------------------------
 
 
-def run(ci: str, bench: Bench, ws: Path, mode: str = "follow", secrets: dict[str, str] | None = None) -> Ran:
+def run(ci: str, bench: Bench, ws: Path, mode: str = "follow", secrets: dict[str, str] | None = None,
+        cancel: Any = None) -> Ran:
     secrets = bench.secrets() if secrets is None else secrets
     if ci == "github":
-        ran = run_github(bench, ws, inputs={"mode": mode}, secrets=secrets)
+        ran = run_github(bench, ws, inputs={"mode": mode}, secrets=secrets, cancel=cancel)
     else:
-        ran = run_gitlab(bench, ws, variables={"GPUOPS_MODE": mode, **secrets})
+        ran = run_gitlab(bench, ws, variables={"GPUOPS_MODE": mode, **secrets}, cancel=cancel)
     try:
         if ran.agent_pid:  # the pipeline's own last step stops the agent it started (self-hosted runners keep running)
             wait_until(lambda: not alive(ran.agent_pid), timeout=10, message="the pipeline to stop its ssh-agent")
@@ -354,3 +384,45 @@ def test_a_host_key_not_pinned_is_exit_3_and_nothing_is_trusted(ci: str, bench: 
     assert error is not None and error.get("type") == "connect-error"
     assert (bench.tmp / "home/.ssh/known_hosts").read_text() == pinned + "\n"  # unchanged: nothing was trusted
     assert not bench.fake.processes(200)
+
+
+class Cancel:
+    """A job cancelled once the launch follows its training's log, as each runner cancels it."""
+
+    #: GitHub: Ctrl-C to the step's process, SIGTERM 7.5 s later, the tree killed 2.5 s after. GitLab: in the
+    #: worst case the job's shell is killed outright (its after_script must stop the run).
+    SIGNALS = {"github": ((signal.SIGINT, 7.5), (signal.SIGTERM, 2.5)), "gitlab": ()}
+
+    def __init__(self, ci: str) -> None:
+        self.signals = self.SIGNALS[ci]
+
+    def __call__(self, ws: Path) -> bool:
+        events = ws / "gpuops-report" / "events.jsonl"
+        return events.exists() and '"event": "log"' in events.read_text()
+
+
+@pytest.mark.parametrize("ci", ["github", "gitlab"])
+def test_a_cancelled_job_stops_its_run(ci: str, bench: Bench) -> None:
+    """Cancelled mid-run, the job leaves no tmux session and no training process: the next pipeline's preflight
+    would find the GPUs busy (exit 4) otherwise."""
+    ran = run(ci, bench, bench.workspace("fake-train --mode steps --steps 100000 --interval 0.1 --gpus 5,6"),
+              cancel=Cancel(ci))
+    try:
+        assert bench.fake.tmux(200, "has-session", "-t", "=ci-train").returncode != 0, ran.outputs
+        assert not [pid for pid in bench.fake.processes(200) if b"fake-train" in _cmdline(pid)], ran.outputs
+        if ci == "github":  # gpuops got the Ctrl-C itself and stopped the run (--stop-on-exit); the cancel step ran too
+            assert launch_code(ci, ran) == 130, ran.outputs
+            summary = json.loads((ws_events := ran.workspace / "gpuops-report" / "events.jsonl").read_text().splitlines()[-1])
+            assert (summary["outcome"], summary["run_alive"]) == ("interrupted", False), ws_events
+            assert ran.codes["Stop the run of a cancelled job"] == 0, ran.outputs
+        else:  # killed with its shell: after_script's stop did it
+            assert "stopped" in ran.outputs["after_script"], ran.outputs
+    finally:
+        bench.stop_run()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

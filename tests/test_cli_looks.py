@@ -40,9 +40,9 @@ def test_gpuops_own_errors_have_the_same_prefix() -> None:
 
 def test_quiet_validate_says_nothing_when_all_is_well_and_still_the_error() -> None:
     loud = gpuops_text("validate", *DEMO)
-    assert loud.returncode == 0 and loud.stderr.startswith("ok: "), loud
-    quiet = gpuops_text("-q", "validate", *DEMO)
-    assert (quiet.returncode, quiet.stderr, quiet.stdout) == (0, "", ""), quiet
+    assert loud.returncode == 0 and loud.stdout.startswith("ok: ") and loud.stderr == "", loud  # the output: stdout
+    for quiet in (gpuops_text("-q", "validate", *DEMO), gpuops_text("validate", *DEMO, "-q")):  # -q before or after
+        assert (quiet.returncode, quiet.stderr, quiet.stdout) == (0, "", ""), quiet
     bad = gpuops_text("-q", "validate", "-i", "/no/such/inventory.yaml")
     assert bad.returncode == 2 and bad.stderr.startswith("gpuops: error: "), bad
 
@@ -72,3 +72,18 @@ def test_no_color_drops_every_style_on_a_terminal(local_env: LocalEnv) -> None:
     plain = raw_status(local_env, "env", "NO_COLOR=1")
     assert not SGR.search(plain), plain[:2000]
     assert b"local" in plain  # the table is still there, in plain text
+
+
+def test_a_machine_without_nvidia_smi_is_said_once_in_the_preflight_line(local_env: LocalEnv) -> None:
+    """The local demo on a machine without NVIDIA tools: one calm word where the checks are, no
+    `no GPU samples: nvidia-smi cannot run` in the middle of the training's output."""
+    import shutil
+
+    bindir = local_env.root / "no-smi-bin"
+    bindir.mkdir()
+    for tool in ("python3", "tmux", "bash", "flock"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    result = gpuops_text("launch", *DEMO, "-y", env={"PATH": f"{bindir}:/usr/bin:/bin"}, timeout=180)
+    assert result.returncode == 7, result
+    assert "[local] preflight ok; no nvidia-smi here, so no GPU telemetry\n" in result.stderr, result.stderr
+    assert "nvidia-smi cannot run" not in result.stderr, result.stderr

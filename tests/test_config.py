@@ -526,6 +526,12 @@ def test_relative_workdir_is_kept_as_written(tmp_path: Path) -> None:
     assert load_playbook(write(tmp_path, LAUNCH + "workdir: runs/a\n"), environ={}).workdir == "runs/a"
 
 
+@pytest.mark.parametrize("written, read", [("~", "~"), ("'~'", "~"), ("~/runs", "~/runs"), ("", None), ("null", None)])
+def test_workdir_tilde_is_the_home_not_yaml_null(tmp_path: Path, written: str, read: str | None) -> None:
+    """`workdir: ~` is YAML's null, but whoever writes it means the home (as a shell reads it)."""
+    assert load_playbook(write(tmp_path, LAUNCH + f"workdir: {written}\n"), environ={}).workdir == read
+
+
 def test_playbook_path_is_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path, LAUNCH, name="p.yaml")
     monkeypatch.chdir(tmp_path)

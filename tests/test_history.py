@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpuops.agent.run.history import runs
 from gpuops.cli.runs_cmd import table
 
@@ -52,3 +54,16 @@ def test_the_table_shows_each_runs_findings(tmp_path: Path) -> None:
     slow, good = lines[1].split(), lines[2].split()
     assert "gpu-memory-shift,throughput-drop" in slow and "98k" in slow
     assert slow[slow.index("98k") - 1] == "gpu-memory-shift,throughput-drop" and good[good.index("506k") - 1] == "-"
+
+
+def test_the_table_fits_a_60_column_terminal_and_a_pipe_gets_every_column(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    ended(tmp_path, "20261201-090000-aaaaaa", "x", findings=["gpu-memory-shift"], throughput={"median": 98364.0, "n": 200})
+    rows = runs(10, str(tmp_path))
+    full = table("ct200", rows).splitlines()
+    assert len(full[0]) > 100 and "GPU memory MiB" in full[0]  # into a pipe: everything, as before
+    narrow = table("ct200", rows, 60).splitlines()
+    assert all(len(line) <= 60 for line in narrow), narrow
+    assert narrow[0].split()[1:4] == ["run", "outcome", "exit"] and "20261201-090000-aaaaaa" in narrow[1]
+    assert "columns hidden to fit" in capsys.readouterr().err
+    assert table("ct200", rows, 300).splitlines() == full  # a wide terminal hides nothing

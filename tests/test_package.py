@@ -81,3 +81,19 @@ def test_the_sdist_holds_what_its_tests_need_and_pep_639_metadata(tmp_path: Path
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in inside)
     assert (meta["License-Expression"], meta["License-File"]) == ("MIT", "LICENSE")
     assert "Typing :: Typed" in meta.get_all("Classifier")
+
+
+def test_the_readme_installs_as_debian_and_ubuntu_let_you() -> None:
+    """Debian 12 and Ubuntu 24.04 refuse the system `python3 -m pip install` (externally managed): the README's
+    first command uses a venv, names pipx, and warns that the index's `gpuops` is another project."""
+    readme = (REPO / "README.md").read_text()
+    first = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert first.startswith("python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/gpuops launch"), first
+    assert "python3 -m pip install" not in first and "pipx install ." in readme
+    assert "Never `pip install gpuops`" in readme and "belongs to another project" in readme
+
+
+def test_every_python_the_package_supports_is_a_classifier() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.10"
+    assert {f"Programming Language :: Python :: 3.{n}" for n in (10, 11, 12, 13)} <= set(project["classifiers"])

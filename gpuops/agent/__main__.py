@@ -10,6 +10,7 @@ TOOLS = {
     "prepare": "run.prepare",  # create a run directory from a JSON spec on stdin
     "record": "run.prepare",  # rewrite one JSON record of a run, atomically
     "start": "run.start",  # start the watchdog, then training in tmux
+    "pane": "run.pane",  # the training on a terminal in its tmux pane, its output to the log too
     "abort": "run.abort",  # the one abort sequence (claim, signal, grace, kill, reap, drain)
     "supervise": "watch.supervise",  # keep a run's watchdog alive (daemon)
     "watchdog": "watch.watchdog",  # watch one run

@@ -128,7 +128,7 @@ class Fanout:
 
     @contextlib.contextmanager
     def _passing_signals_on(self) -> Iterator[None]:
-        """While the workers run, Ctrl-C and SIGTERM here are passed on to them and raise nothing here.
+        """While the workers run, Ctrl-C, SIGTERM and SIGHUP here are passed on to them and raise nothing here.
 
         Each target ends as it would alone, and this process waits for every result. A handler that
         raised (KeyboardInterrupt) could be hit again by a second Ctrl-C while it passed the first on,
@@ -137,7 +137,7 @@ class Fanout:
             yield
             return
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) != signal.SIG_IGN:  # one ignored from the start (a background job) stays so
                 previous[sig] = signal.signal(sig, lambda signum, frame: self._signal(signum))
         try:
@@ -282,8 +282,8 @@ def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait (the OS keeps them pending) while the block runs."""
-    held = {signal.SIGINT, signal.SIGTERM}
+    """Ctrl-C, SIGTERM and SIGHUP wait (the OS keeps them pending) while the block runs."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield

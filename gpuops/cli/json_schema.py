@@ -53,8 +53,8 @@ COMMON: dict[str, Schema] = {
     "run": {"type": "string", "pattern": "^[0-9a-z-]{1,64}$"},
     "schema_version": {"const": SCHEMA_VERSION},
 }
-WHO = {"enum": ["watchdog", "client", "stop", "timeout"]}
-REASON = {"enum": ["match", "stall", "stop", "timeout"]}
+WHO = {"enum": ["watchdog", "client", "stop", "timeout", "pane"]}
+REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt"]}
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
 NOTIFY_VIA = {"enum": ["webhook", "command"]}
 

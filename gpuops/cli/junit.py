@@ -171,7 +171,8 @@ class Suite:
 
     def error(self, exc: BaseException, code: int) -> None:
         now = time.time()
-        kind = {ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "terminated"}.get(code) or ERROR_TYPES.get(code, "error")
+        kind = ({ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "terminated", ExitCode.HANGUP: "hangup"}.get(code)
+                or ERROR_TYPES.get(code, "error"))
         self.properties.update({"outcome": kind, "exit_code": str(code)})
         gpu = getattr(exc, "gpu", None)
         case = self.warmup(gpu) if gpu is not None and code == ExitCode.WARMUP else self.current()
@@ -183,7 +184,8 @@ class Suite:
         if isinstance(exc, GpuopsError):
             message = str(exc)
         elif isinstance(exc, KeyboardInterrupt):
-            message = "terminated by SIGTERM" if code == ExitCode.TERMINATED else "interrupted by Ctrl-C"
+            message = {ExitCode.TERMINATED: "terminated by SIGTERM", ExitCode.HANGUP: "hung up (SIGHUP)"}.get(
+                code, "interrupted by Ctrl-C")
         else:
             message = f"{kind}: {type(exc).__name__}: {exc}".rstrip(": ")
         case.finish("failure" if code in FAILED else "error", now, type=kind, message=message, detail="\n".join(lines))
@@ -293,7 +295,7 @@ class Report:
             return
         if exc is not None and not self.ended:
             code = (exc.exit_code if isinstance(exc, GpuopsError)
-                    else getattr(exc, "exit_code", ExitCode.INTERRUPTED)  # SIGTERM's Terminated says 143
+                    else getattr(exc, "exit_code", ExitCode.INTERRUPTED)  # SIGTERM's Terminated says 143, SIGHUP's 129
                     if isinstance(exc, KeyboardInterrupt) else ExitCode.BROKEN_PIPE
                     if isinstance(exc, BrokenPipeError) else ExitCode.INTERNAL)
             self.suite(getattr(exc, "target", None)).error(exc, code)

@@ -1,4 +1,5 @@
-"""`gpuops launch`: confirm, run the flow on each target, and say how to reattach after Ctrl-C or SIGTERM."""
+"""`gpuops launch`: confirm, run the flow on each target, and say how to reattach after Ctrl-C, SIGTERM or SIGHUP
+(or, with --stop-on-exit, stop the run first: a cancelled CI job leaves no run behind)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import Any
 from gpuops.cli.targets import load_jobs
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
-from gpuops.cli.signals import cause_of, code_of, outcome_of
-from gpuops.errors import ExitCode
+from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
+from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
 
 
 def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
-               report: Any = NO_REPORT) -> int:
+               report: Any = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
         return _dry_run(inventory, playbook, targets, every, as_json)
     jobs = load_jobs(inventory, playbook, targets, every)
@@ -30,13 +31,14 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
         if not click.confirm(f"Launch '{job.playbook.name}' on {where} (GPUs {gpus}, session '{job.session}')?",
                              default=True, err=True):
             return ExitCode.OK
-    work = functools.partial(_launch_one, detach=detach, timeout=timeout, inventory=inventory, playbook=playbook)
+    work = functools.partial(_launch_one, detach=detach, timeout=timeout, inventory=inventory, playbook=playbook,
+                             stop_on_exit=stop_on_exit)
     return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), report, as_json=as_json,
                        verbose=verbose)
 
 
 def _launch_one(job: Any, render: Any, *, detach: bool, timeout: float | None, inventory: str | None,
-                playbook: str | None) -> int:
+                playbook: str | None, stop_on_exit: bool = False) -> int:
     """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
     from gpuops.client.launch import launch
 
@@ -44,15 +46,55 @@ def _launch_one(job: Any, render: Any, *, detach: bool, timeout: float | None, i
     try:
         return drive(launch(job, detach=detach, timeout=timeout), render, job.target.name, state)
     except KeyboardInterrupt as exc:
-        return _interrupted(job, state, render, inventory, playbook, exc)
+        return _interrupted(job, state, render, inventory, playbook, exc, stop_on_exit)
+    except GpuopsError as exc:
+        if stop_on_exit and state.get("started") and exc.exit_code == ExitCode.CONNECT:
+            _stop_given_up(job, state, render, exc)
+        raise
+    except BrokenPipeError:  # nobody reads the output any more: stop the run, say nothing
+        if stop_on_exit and state.get("started"):
+            with signals_deferred():
+                _stop(job, _Silent())
+        raise
     finally:
         job.transport.close()
 
 
+class _Silent:
+    """A renderer that shows nothing (stdout's reader is gone)."""
+
+    def event(self, ev: Any) -> None:
+        pass
+
+
+def _stop(job: Any, render: Any) -> Outcome:
+    """`gpuops stop`'s stop of the target's run, its events rendered; its outcome returned, not shown."""
+    from gpuops.client.launch import stop
+
+    for item in stop(job):
+        if isinstance(item, Outcome):
+            return item
+        render.event(item)
+    return Outcome("stopped", ExitCode.OK, "stopped", {})
+
+
+def _stop_given_up(job: Any, state: dict[str, Any], render: Any, exc: GpuopsError) -> None:
+    """The connection was given up on while following: --stop-on-exit tries the stop through a new one."""
+    with signals_deferred():
+        try:
+            said = _stop(job, render).message
+            exc.hint = f"--stop-on-exit: {said}" + (f"; {exc.hint}" if exc.hint else "")
+        except GpuopsError as again:
+            exc.hint = (f"--stop-on-exit could not stop run {state.get('run')} ({again}); it may still be alive: "
+                        "run `gpuops stop` once the target can be reached" + (f"; {exc.hint}" if exc.hint else ""))
+
+
 def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
-                 exc: BaseException) -> int:
+                 exc: BaseException, stop_on_exit: bool = False) -> int:
     code, name, cause = code_of(exc), outcome_of(exc), cause_of(exc)
-    if state.get("aborting"):
+    if stop_on_exit and (state.get("started") or state.get("aborting")):
+        outcome = _stopped_on_exit(job, state, render, inventory, playbook, exc)
+    elif state.get("aborting"):
         outcome = interrupted_abort(job, state, inventory, playbook, exc)
     elif state.get("started"):
         how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
@@ -64,6 +106,22 @@ def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | 
         outcome = Outcome(name, code, msg, {"run": state.get("run"), "run_alive": False})
     render.outcome(outcome, job.target.name)
     return code
+
+
+def _stopped_on_exit(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+                     exc: BaseException) -> Outcome:
+    """--stop-on-exit: launch is ending before its run, so the run is stopped first (as `gpuops stop` does);
+    a further signal meanwhile waits for the stop, which is what it asks for."""
+    code, name, cause = code_of(exc), outcome_of(exc), cause_of(exc)
+    run = state.get("run")
+    with signals_deferred():
+        try:
+            stopped = _stop(job, render)
+        except GpuopsError as err:
+            how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+            return Outcome(name, code, f"{cause}: --stop-on-exit could not stop run {run} ({err}); it may still be "
+                           f"alive: run {how}", {"run": run, "run_alive": None})
+    return Outcome(name, code, f"{cause}: --stop-on-exit: {stopped.message}", {"run": run, "run_alive": False})
 
 
 def _dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:

@@ -56,7 +56,8 @@ def main(quiet: bool) -> None:
 
     Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
     5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 9 notify-test failed, 124 --timeout,
-    130 Ctrl-C, 143 SIGTERM. Over several targets: the worst, 143 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
+    130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. Over several targets: the worst,
+    143 > 129 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
     """
     from gpuops.cli import style as looks
 
@@ -70,10 +71,14 @@ def main(quiet: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Print every command that would be sent, quoted exactly; connect to nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (for unattended use).")
 @click.option("--timeout", type=Seconds(), help="Stop the run after SECONDS and exit 124.")
+@click.option("--stop-on-exit", is_flag=True,
+              help="If launch ends before its run (Ctrl-C, SIGTERM, SIGHUP, a connection given up on), stop the run "
+              "first (as `gpuops stop`), then exit with the signal's code (CI: a cancelled job leaves no run).")
 @junit_option
 @report_option
 @boundary
-def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, junit, html, as_json, verbose) -> int:
+def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, stop_on_exit, junit, html, as_json,
+           verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
     from gpuops.cli.junit import Report
     from gpuops.cli.launch_cmd import run_launch
@@ -82,9 +87,12 @@ def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, j
     for flag, given in (("--junit", junit), ("--report", html)):
         if given and dry_run:
             raise click.UsageError(f"{flag} does not apply to --dry-run (nothing runs)")
+    if stop_on_exit and detach:
+        raise click.UsageError("--stop-on-exit does not go with --detach (launch ends before its run at once)")
     with HtmlReport(html, "launch", say=not as_json) as page, Report(junit, "launch", _one(targets)) as report:
         return run_launch(inventory, playbook, targets, every=every, detach=detach, dry_run=dry_run, yes=yes,
-                          timeout=timeout, as_json=as_json, verbose=verbose, report=Reports(report, page))
+                          timeout=timeout, as_json=as_json, verbose=verbose, report=Reports(report, page),
+                          stop_on_exit=stop_on_exit)
 
 
 def _one(targets: tuple[str, ...]) -> str | None:

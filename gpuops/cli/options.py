@@ -20,6 +20,18 @@ json_option = click.option("--json", "as_json", is_flag=True, help="JSON Lines o
 verbose_option = click.option("-v", "--verbose", is_flag=True, help="Say more.")
 
 
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from gpuops.cli import style as looks
+
+        looks.QUIET = True
+
+
+#: -q after the command too (`gpuops launch -q`), as before it (`gpuops -q launch`).
+quiet_option = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_quiet,
+                            help="Only errors and the final outcome (as `gpuops -q`).")
+
+
 def target_option(multiple: bool = False) -> Callable[[Any], Any]:
     """-t: one target (completed from the inventory's targets), or repeatable (its groups too)."""
     return click.option(
@@ -33,7 +45,7 @@ def common_options(*, several: bool = True, verbose: bool = True) -> Callable[[A
     """Every command's shared options, declared once: -i, -p, -t first, --json (and -v) last, the command's own
     options between them. Put it right under `@main.command`; `several`: -t repeatable."""
     head = [inventory_option, playbook_option, target_option(several)]
-    tail = [json_option] + ([verbose_option] if verbose else [])
+    tail = [json_option] + ([verbose_option] if verbose else []) + [quiet_option]
 
     def apply(fn: Any) -> Any:
         own = list(reversed(getattr(fn, "__click_params__", [])))  # click keeps them last-declared first
@@ -104,14 +116,14 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
         as_json = kwargs.get("as_json", False)
         _say_connect_retries()
         try:
-            with sigterm_as_interrupt():  # a cancelled CI job: as Ctrl-C, exit 143
+            with sigterm_as_interrupt():  # a cancelled CI job, a closed terminal: as Ctrl-C, exit 143 or 129
                 code = fn(*args, **kwargs)
         except GpuopsError as exc:
             code = exc.exit_code
             _report(as_json, code, "error", str(exc), getattr(exc, "hint", None), exc)
-        except Terminated:
-            code = ExitCode.TERMINATED
-            _report(as_json, code, "terminated", "terminated (SIGTERM)", None, None)
+        except Terminated as exc:  # SIGTERM, SIGHUP
+            code = exc.exit_code
+            _report(as_json, code, exc.word, exc.cause, None, None)
         except (KeyboardInterrupt, click.exceptions.Abort):  # click's confirm turns Ctrl-C into Abort
             code = ExitCode.INTERRUPTED
             _report(as_json, code, "interrupted", "interrupted", None, None)

@@ -102,7 +102,8 @@ class JsonRenderer:
 
 
 def _who(by: Any) -> str:
-    return {"watchdog": "the watchdog", "client": "gpuops", "stop": "gpuops stop", "timeout": "--timeout"}.get(str(by), str(by))
+    return {"watchdog": "the watchdog", "client": "gpuops", "stop": "gpuops stop", "timeout": "--timeout",
+            "pane": "a Ctrl-C typed in the run's tmux pane"}.get(str(by), str(by))
 
 
 def _last(text: Any) -> str:
@@ -171,6 +172,7 @@ class TextRenderer:
         self.tty = sys.stderr.isatty() and not multi
         self._progress: Any = None
         self._partial: dict[str, bytes] = {}  # multi: each target's unfinished log line
+        self._no_smi: set[str] = set()  # targets whose preflight found no nvidia-smi (said there, once)
 
     def say(self, text: str) -> None:
         text = printable(text)
@@ -191,7 +193,11 @@ class TextRenderer:
             sys.stdout.buffer.flush()
         elif k == "preflight_ok":
             gpus = ", ".join(f"{g['index']}: {g['memory_used_mib']} MiB {g['utilization_pct']}%" for g in ev.get("gpus", []))
-            self.say(f"{tag} preflight ok" + (f" (GPU {gpus})" if gpus else ""))
+            absent = ev.get("smi") == "absent"  # a machine without NVIDIA tools (the local demo): said here, once
+            if absent:
+                self._no_smi.add(ev.target or "")
+            self.say(f"{tag} preflight ok" + (f" (GPU {gpus})" if gpus else "")
+                     + ("; no nvidia-smi here, so no GPU telemetry" if absent else ""))
         elif k == "lock_recovered":
             self.say(f"{tag} recovered the launch lock left by a launcher that died: {ev.get('holder')}")
         elif k == "run_created":
@@ -210,6 +216,9 @@ class TextRenderer:
                 self.say(f"{pad}{ev.get('advice')}")
             if ev.get("action") == "abort" and ev.get("excerpt"):
                 self.say("\n".join(f"{pad}| " + ln for ln in str(ev.get("excerpt", "")).splitlines()))
+        elif ((k if k != "watchdog" else ev.get("what")) == "telemetry_problem" and (ev.target or "") in self._no_smi
+              and "nvidia-smi cannot run" in str(ev.get("message"))):
+            return  # the preflight line said it
         elif k in _WATCHDOG_WORDS:
             self.say(f"{tag} " + _WATCHDOG_WORDS[k](ev))
         elif k == "watchdog" and ev.get("what") in _WATCHDOG_WORDS:

@@ -1,5 +1,10 @@
 """`gpuops runs`: the run history of each target, newest first, read from its run directories
-(so it works from any machine): a table on a terminal, JSON Lines with --json."""
+(so it works from any machine): a table on a terminal, JSON Lines with --json.
+
+On a terminal the table fits its width: the columns that matter least go first (GPU memory, throughput,
+findings, warmup, playbook, duration, started, rule), never the run, its outcome or its exit code; a
+short note on stderr says so. Into a pipe or a file every column is written.
+"""
 
 from __future__ import annotations
 
@@ -46,9 +51,20 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
         if as_json:
             _json(target.name, rows)
         else:
-            sys.stdout.write(table(target.name, rows))
+            sys.stdout.write(table(target.name, rows, _width()))
     sys.stdout.flush()
     return worst_exit(codes)
+
+
+def _width() -> int | None:
+    """The terminal's width (COLUMNS, else the terminal's size); None when stdout is no terminal."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+#: Columns left out first when the table is wider than the terminal; the others (run, outcome, exit) stay.
+_DROP_ORDER = ("GPU memory MiB", "throughput", "findings", "warmup s/GPU", "playbook", "duration", "started", "rule")
 
 
 def _json(target: str, rows: list[dict[str, Any]]) -> None:
@@ -65,8 +81,9 @@ def _figure(value: Any) -> str:
     return f"{value / 1000:.0f}k" if value >= 10000 else f"{value:g}"
 
 
-def table(target: str, rows: list[dict[str, Any]]) -> str:
-    """Plain columns, one run a line, every line prefixed by its target (greppable on many targets)."""
+def table(target: str, rows: list[dict[str, Any]], width: int | None = None) -> str:
+    """Plain columns, one run a line, every line prefixed by its target (greppable on many targets); at most
+    `width` characters a line where it is given (columns dropped, least useful first)."""
     head = ("run", "playbook", "started", "duration", "warmup s/GPU", "outcome", "exit", "rule", "findings", "throughput",
             "GPU memory MiB")
     lines = [head]
@@ -85,5 +102,14 @@ def table(target: str, rows: list[dict[str, Any]]) -> str:
         ))
     if len(lines) == 1:
         return f"{target}: no runs\n"
+    keep = list(range(len(head)))
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    return "".join(f"{target}: " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in lines)
+    dropped = []
+    for name in _DROP_ORDER:
+        if width is None or len(target) + 2 + sum(widths[i] + 2 for i in keep) - 2 <= width:
+            break
+        keep.remove(head.index(name))
+        dropped.append(name)
+    if dropped:
+        sys.stderr.write(f"({len(dropped)} columns hidden to fit; --json or a pipe shows all)\n")
+    return "".join(f"{target}: " + "  ".join(row[i].ljust(widths[i]) for i in keep).rstrip() + "\n" for row in lines)

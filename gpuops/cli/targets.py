@@ -1,4 +1,5 @@
-"""The one target selector of every command: -t names and groups, --all, else the playbook's target."""
+"""The one target selector of every command: -t names and groups, --all, else the playbook's target, else the
+inventory's only target."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
         chosen = usable(inv, [*inv.targets, *inv.broken])  # a target that cannot be used is said, not skipped
     elif names:
         chosen = resolve_targets(inv, names)  # a group name selects its targets
+    elif run and not pb.target and len(inv.targets) == 1 and not inv.broken:
+        chosen = list(inv.targets.values())  # the inventory's only target: no -t needed
     elif run or (pb is not None and pb.target):
         chosen = [resolve_target(inv, pb, None)]
     else:

@@ -1,4 +1,8 @@
-"""`gpuops validate`: load the files, check the playbook's target exists, say what was checked."""
+"""`gpuops validate`: load the files, check the playbook's target exists, say what was checked.
+
+What was checked (`ok:` lines, each target's connection) is the command's output: stdout. Warnings
+and notes are diagnostics: stderr, as errors are.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +55,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         from gpuops.transport.describe import spelled
 
         for line in checked:
-            sys.stderr.write(f"ok: {line}\n")
+            sys.stdout.write(f"ok: {line}\n")
         for view in views:
             if "error" in view:
                 sys.stderr.write(f"warning: target {view['name']} cannot be used: {view['error']}\n")
@@ -59,7 +63,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
             where = f", container {view['ctid']}" if view["ctid"] is not None else ""
             where += f", as {view['become_user']} ({view['become_method']})" if view.get("become_method") else ""
             policy = f" (host keys: {view['host_key_policy']})" if view["host_key_policy"] else ""
-            sys.stderr.write(f"  {view['name']}: {spelled(view)}{where}{policy}\n")
+            sys.stdout.write(f"  {view['name']}: {spelled(view)}{where}{policy}\n")
         for var in unset:
             sys.stderr.write(f"note: {var} is not set here; the playbook's env reads it (from_env), so launch will need it\n")
         for warning in warnings:

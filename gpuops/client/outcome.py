@@ -16,7 +16,8 @@ from gpuops.agent.wire.records import outcome as record_outcome
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _SIGNALS = {129: "SIGHUP: its tmux session was killed", 130: "SIGINT", 137: "SIGKILL", 139: "SIGSEGV", 143: "SIGTERM"}
-_WHO = {"watchdog": "the watchdog", "client": "gpuops", "stop": "`gpuops stop`", "timeout": "--timeout"}
+_WHO = {"watchdog": "the watchdog", "client": "gpuops", "stop": "`gpuops stop`", "timeout": "--timeout",
+        "pane": "a Ctrl-C typed in its tmux pane"}
 
 
 def last_line(tail: bytes, job: Job) -> str | None:
@@ -76,7 +77,7 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
     reason, rule, by = record.get("reason"), record.get("rule"), record.get("by")
     who = _WHO.get(str(by), str(by or "someone"))
     done = info.abort_done or {}
-    data = {"run": run_id, "rule": rule if reason not in ("stall", "stop", "timeout") else (rule or reason),
+    data = {"run": run_id, "rule": rule if reason not in ("stall", "stop", "timeout", "interrupt") else (rule or reason),
             "line": record.get("line"), "excerpt": record.get("excerpt"), "by": by, "gpus": done.get("gpus", []),
             "survivors": done.get("survivors", []), **({"stacks": done["stacks"]} if done.get("stacks") else {})}
     if reason == "stall":
@@ -90,6 +91,9 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
         message = f"--timeout ran out: run {run_id} stopped"
     elif reason == "stop":
         message = f"run {run_id} was stopped by `gpuops stop`"
+    elif reason == "interrupt":
+        message = (f"run {run_id} was interrupted by {who} (the training exited with code "
+                   f"{record.get('command_exit_code')}); the run is over: its session is gone, nothing of it is left")
     else:
         message = f"run {run_id} aborted: rule '{rule}' matched (stopped by {who}): {record.get('line')}"
     kept = [st for st in done.get("stacks") or [] if isinstance(st, dict) and st.get("file")]

@@ -13,7 +13,7 @@ import signal
 import threading
 from typing import Any, Iterator, List
 
-_HELD = (signal.SIGINT, signal.SIGTERM)
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager

@@ -50,14 +50,13 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
     top = s.Section(root, "the playbook", PLAYBOOK_KEYS)
     name_node = top.get("name")
     target_node = top.get("target")
-    workdir_node = top.get("workdir")
     env = _env(top, environ, need_env, warnings)
     return Playbook(
         path=os.path.abspath(path),
         name=s.name(name_node, "a playbook name") if name_node else _stem(path),
         target=s.name(target_node, "a target name") if target_node else None,
         target_mark=target_node.mark if target_node else None,
-        workdir=s.nonempty(workdir_node, "a directory") if workdir_node else None,
+        workdir=_workdir(top),
         env=env,
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
@@ -68,6 +67,17 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         notify=parse_notify(top.get("notify"), environ, need_env),
         warnings=tuple(warnings),
     )
+
+
+def _workdir(top: s.Section) -> str | None:
+    """The workdir; a plain `~` (YAML's null) is the home directory, as a user writing it means, not unset."""
+    node = top.get("workdir")
+    if node is not None:
+        return s.nonempty(node, "a directory")
+    written = top.written("workdir")
+    if isinstance(written, Scalar) and written.style is None and written.text == "~":
+        return "~"
+    return None
 
 
 def _stem(path: str) -> str:

@@ -151,6 +151,10 @@ class Section:
         node = self._values.get(key)
         return None if node is None or is_null(node) else node
 
+    def written(self, key: str) -> Node | None:
+        """The value node as written, null included (None only when the key is absent)."""
+        return self._values.get(key)
+
     def given(self, key: str) -> bool:
         return key in self._values
 

@@ -19,7 +19,7 @@ from ..wire import protocol as p
 from ..wire.records import command_exit_code, read_json, read_text, write_json_atomic
 
 #: abort.json `by` values that end a run for good (never restarted).
-FOR_GOOD = ("stop", "timeout")
+FOR_GOOD = ("stop", "timeout", "pane")
 
 
 def current(d: str) -> Dict[str, Any]:

@@ -70,7 +70,8 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
 def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
-    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id, *attempt_args(d)])
+    started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id, sys.executable,
+                                             *attempt_args(d)], window=run_id)
     if started.returncode == 0:
         with open(os.path.join(d, p.STARTED), "w") as fh:
             fh.write("%.3f\n" % time.time())

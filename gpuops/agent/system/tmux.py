@@ -76,11 +76,13 @@ def server_listening() -> Optional[bool]:
     return any(line.split()[-1:] == [want] for line in lines if len(line.split()) >= 8)
 
 
-def new_detached(session: str, start_dir: str, argv: List[str]) -> subprocess.CompletedProcess:
-    """Start argv (run by tmux's shell, each word quoted) in a new detached session."""
+def new_detached(session: str, start_dir: str, argv: List[str], window: str = "") -> subprocess.CompletedProcess:
+    """Start argv (run by tmux's shell, each word quoted) in a new detached session, its window named
+    `window` (tmux's automatic renaming after the running command is then off for it)."""
     import shlex
 
-    return _tmux("new-session", "-d", "-s", session, "-c", start_dir, "-x", "200", "-y", "50",
+    named = ["-n", window] if window else []
+    return _tmux("new-session", "-d", "-s", session, *named, "-c", start_dir, "-x", "200", "-y", "50",
                  " ".join(shlex.quote(a) for a in argv))
 
 

@@ -221,8 +221,10 @@ class Watchdog:
             self.seen_claim(record)
         if self.aborter is not None or not claimer_dead(self.d):
             return
-        self.events.write("abort_completed", stopped_by=record.get("by") or "?",
-                          message="the process that claimed the abort is gone; the watchdog finishes it")
+        by = record.get("by") or "?"
+        self.events.write("abort_completed", stopped_by=by,
+                          message="a Ctrl-C typed in the run's tmux pane ended it; the watchdog reaps what is left"
+                          if by == "pane" else "the process that claimed the abort is gone; the watchdog finishes it")
         self.aborter = threading.Thread(target=lambda: finish_orphan(self.d, self.cfg), daemon=True)
         self.aborter.start()
 

@@ -160,7 +160,7 @@ class RunState(str, Enum):
     LOST = "lost"  # no exit status, no abort, its session gone (killed by hand, container stopped)
     FAILED_BEFORE_START = "failed-before-start"  # status's word for a launch that ended before training
     NOT_STARTED = "not-started"  # runs' word for the same
-    INTERRUPTED = "interrupted"  # runs: its launch was interrupted (Ctrl-C) before training started
+    INTERRUPTED = "interrupted"  # its launch was interrupted (Ctrl-C) before training, or a Ctrl-C typed in its pane ended it
 
     def __str__(self) -> str:
         return self.value

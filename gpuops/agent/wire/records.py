@@ -25,6 +25,7 @@ _ABORT_OUTCOMES = {
     "stall": (RunState.STALLED, p.EXIT_STALLED),
     "timeout": (RunState.TIMEOUT, p.EXIT_TIMEOUT),
     "stop": (RunState.STOPPED, p.EXIT_FAILED),
+    "interrupt": (RunState.INTERRUPTED, p.EXIT_INTERRUPTED),  # a Ctrl-C typed in the run's tmux pane (by: pane)
 }
 
 Outcome = Tuple[RunState, Optional[int]]
