@@ -49,7 +49,14 @@ def python_pids(folder: str, run_id: str) -> List[int]:
     ours = set(marked(run_id))
     ours |= descendants(ours)
     registered = {int(n.split(".")[0]) for n in _names(folder) if n.endswith(sf.SIGNAL_SUFFIX) and n[0].isdigit()}
-    return sorted(pid for pid in ours if running(pid) and (pid in registered or _is_python(pid)))
+    return sorted(pid for pid in ours if running(pid) and (pid in registered or _is_python(pid))
+                  and not _is_agent(pid))
+
+
+def _is_agent(pid: int) -> bool:
+    """gpuops' own process in the run (the pane's relay, `-m gpuops_agent pane`): not the training's."""
+    argv = _cmdline(pid).split()
+    return "-m" in argv and argv[argv.index("-m") + 1:argv.index("-m") + 2] == [p.PACKAGE]
 
 
 def _names(folder: str) -> List[str]:
