@@ -126,7 +126,7 @@ def test_two_hops_and_a_group_vars_policy_show_in_validates_targets(tmp_path: Pa
     assert (view["host_key_policy"], view["ctid"], view["gpus"]) == ("accept-new", 200, [0, 1])
     text = gpuops("validate", "-i", str(tmp_path / "inventory"), env=home(tmp_path))
     assert ("ct200: ssh trainer@10.1.0.2:22 -J ops@gw1.example.net:22,root@10.1.0.1:2222, container 200 "
-            "(host keys: accept-new)") in text.err
+            "(host keys: accept-new)") in text.text
 
 
 # -- templates, directories, JSON, patterns -----------------------------------------------------------

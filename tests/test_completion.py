@@ -129,7 +129,7 @@ def test_bash_completes_through_the_sourced_function(tmp_path: Path, ansible_inv
     assert result.returncode == 0, result
     assert "complete -o nosort -F _gpuops_completion gpuops" in result.stdout
     assert [l for l in result.stdout.splitlines() if l.startswith("reply:")] == ["reply:gpu_nodes"]
-    assert [l for l in result.stdout.splitlines() if l.startswith("cmd:")] == ["cmd:status", "cmd:stop"]
+    assert [l for l in result.stdout.splitlines() if l.startswith("cmd:")] == ["cmd:stacks", "cmd:status", "cmd:stop"]
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (.ci/run installs it)")

@@ -198,7 +198,7 @@ def test_files_from_pipes_are_read_once_and_validate(tmp_path: Path) -> None:
     result = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True, timeout=60,
                             cwd=ROOT)
     assert result.returncode == 0, result
-    said = result.stderr.splitlines()
+    said = result.stdout.splitlines()  # validate reports on stdout
     assert re.fullmatch(r"ok: /dev/fd/\d+: 1 host\(s\), 1 target\(s\)", said[0]), result
     assert said[1] == "ok: /dev/stdin: playbook 'demo', session 'gpuops-demo'", result
 
@@ -711,7 +711,8 @@ def test_secret_shorter_than_3_characters_is_a_validate_warning(tmp_path: Path) 
     ]
     assert load_playbook(pb, environ={}).warnings == tuple(warnings)
     result = gpuops("validate", "-p", pb)
-    assert result.code == 0 and result.err.splitlines()[1:] == [f"warning: {w}" for w in warnings], result
+    assert result.code == 0 and result.err.splitlines() == [f"warning: {w}" for w in warnings], result
+    assert result.text.startswith("ok: "), result  # the report on stdout, its warnings on stderr
     as_json = gpuops("validate", "--json", "-p", pb)
     assert as_json.code == 0 and as_json.events()[-1]["warnings"] == warnings, as_json
 

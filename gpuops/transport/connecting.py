@@ -17,6 +17,7 @@ from gpuops.transport.head_start import Early
 #: Each retried connect failure is said here (the CLI shows it on stderr): 30 s of silence reads as a hang.
 LOG = logging.getLogger("gpuops.transport.connect")
 LOG.addHandler(logging.NullHandler())
+SAY_AFTER = 1.0  # seconds of retrying before a person is told
 
 
 class ConnectionLost(ConnectError):
@@ -132,7 +133,7 @@ class Connecting(HostSide):
                 if not self._transient(exc) or self.retry_time <= 0:
                     raise
                 # tenacity is imported here, on the first failure, not on every start-up (10-15 ms).
-                conn = self._retry(self.retry_time - (time.monotonic() - started), exc)
+                conn = self._retry(self.retry_time - (time.monotonic() - started))
         except GpuopsError:
             raise
         except Exception as exc:
@@ -147,15 +148,15 @@ class Connecting(HostSide):
         """How many new SSH logins this connection took (a reused master: none)."""
         return 1
 
-    def _say_retry(self, exc: BaseException | None, attempts: int, ends: float) -> None:
-        failure = self._failure(exc) if isinstance(exc, Exception) and not isinstance(exc, GpuopsError) else exc
-        why = str(failure or "no answer").split("\n")[0]
-        if isinstance(failure, ConnectError) and why.startswith(failure.host + ": "):
-            why = why[len(failure.host) + 2:]
-        LOG.warning("%s: cannot connect yet (%s); trying again for up to %.0f s (%d attempt%s so far)", self.label,
-                    why, max(0.0, ends - time.monotonic()), attempts, "" if attempts == 1 else "s")
+    def _say_retry(self, exc: BaseException | None, attempts: int, started: float, ends: float) -> None:
+        """Said once a second has gone by: a port refused at once reads as one error, not as a retry's chatter."""
+        if time.monotonic() - started < SAY_AFTER:
+            return
+        why = getattr(exc, "why", None) or str(exc or "no answer").split("\n")[0]
+        LOG.warning("%s: cannot connect yet (%s); trying again for up to %.0f s (%d attempts so far)", self.label,
+                    why, max(0.0, ends - time.monotonic()), attempts)
 
-    def _retry(self, budget: float, first: BaseException | None = None) -> Any:
+    def _retry(self, budget: float) -> Any:
         """The attempts after a first transient failure: exponential backoff with jitter
         (0.25 s, 0.5 s, 1 s ... at most 4 s), never sleeping past the budget left."""
         import random
@@ -163,8 +164,8 @@ class Connecting(HostSide):
         from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
 
         first_wait = max(0.0, min(0.25 + random.uniform(0, 0.25), budget))
-        ends = time.monotonic() + budget
-        self._say_retry(first, 1, ends)
+        started = time.monotonic()
+        ends = started + budget
         time.sleep(first_wait)
         budget -= first_wait
         backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.25)
@@ -174,7 +175,7 @@ class Connecting(HostSide):
             return max(0.0, min(backoff(state), budget - state.seconds_since_start))
 
         def said(state: Any) -> None:
-            self._say_retry(state.outcome.exception(), state.attempt_number + 1, ends)
+            self._say_retry(state.outcome.exception(), state.attempt_number + 1, started, ends)
 
         retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait, before_sleep=said,
                             retry=retry_if_exception(self._transient), reraise=True)
