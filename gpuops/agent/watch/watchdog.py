@@ -233,13 +233,11 @@ class Watchdog:
             return
         seconds = round(self.stall.silent_for(now), 1)
         limit = self.stall.timeout_now(now)
-        missing = not os.path.exists(os.path.join(self.d, p.LOG))
+        missing = {} if os.path.exists(os.path.join(self.d, p.LOG)) else {"log_missing": True}
         if not self.stall_said:
             self.stall_said = True
-            self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(),
-                              **({"log_missing": True} if missing else {}))
-        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=self.last_line(),
-                   **({"log_missing": True} if missing else {}))
+            self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(), **missing)
+        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=self.last_line(), **missing)
 
     def last_line(self) -> Optional[str]:
         """The log's last non-blank line, masked then cut: why a stalled run stalled, at a glance."""
