@@ -112,3 +112,33 @@ class HostSide:
     """A transport to a host: it is no container, so it has no container questions to answer."""
 
     container: Container | None = None
+
+
+class Wrapping:
+    """A transport that wraps another (pct, become): its connection, counters and timeout are the inner's."""
+
+    inner: Transport
+
+    @property
+    def connections_made(self) -> int:
+        return self.inner.connections_made
+
+    @property
+    def commands(self) -> int:
+        return self.inner.commands
+
+    @property
+    def command_timeout(self) -> float:
+        return self.inner.command_timeout
+
+    def connect_soon(self) -> None:
+        self.inner.connect_soon()
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def reconnect(self) -> None:
+        self.inner.reconnect()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -14,7 +14,7 @@ from typing import Literal
 
 from gpuops.command import Cmd
 from gpuops.config.model import Target
-from gpuops.transport.base import Container, Result, Stream, Transport
+from gpuops.transport.base import Container, Result, Stream, Transport, Wrapping
 
 Method = Literal["sudo", "su"]
 
@@ -38,7 +38,7 @@ def become_prefix(cmd: Cmd, user: str, method: Method, *, in_container: bool) ->
     return Cmd("sudo", "-H", "-n", "-u", user, "--", *cmd.argv)
 
 
-class BecomeTransport:
+class BecomeTransport(Wrapping):
     """Runs each command through the inner transport as `user` (BecomeTransport(PctTransport(ssh), 'alice'))."""
 
     def __init__(self, inner: Transport, user: str, method: Method = "sudo") -> None:
@@ -63,30 +63,6 @@ class BecomeTransport:
 
     def open(self, cmd: Cmd) -> Stream:
         return self.inner.open(self.as_user(cmd))
-
-    @property
-    def connections_made(self) -> int:
-        return self.inner.connections_made
-
-    @property
-    def commands(self) -> int:
-        return self.inner.commands
-
-    @property
-    def command_timeout(self) -> float:
-        return self.inner.command_timeout
-
-    def connect_soon(self) -> None:
-        self.inner.connect_soon()
-
-    def connect(self) -> None:
-        self.inner.connect()
-
-    def reconnect(self) -> None:
-        self.inner.reconnect()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class _BecomeContainer:

@@ -13,19 +13,14 @@ from gpuops.errors import CommandTimeout
 from gpuops.transport.base import HostSide, Result
 
 
-class LocalStream:
-    """A local process with merged output, in its own session so Ctrl-C here does not reach it."""
+class ProcStream:
+    """A process with merged output on pipes: read with a timeout, write, wait. The local stream is one;
+    OpenSSH's (openssh.py) is one too, with its own way to tell a lost connection and to end."""
 
-    def __init__(self, argv: list[str]) -> None:
-        self._proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        assert self._proc.stdout is not None
-        self._fd = self._proc.stdout.fileno()
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        assert proc.stdout is not None
+        self._fd = proc.stdout.fileno()
         self._eof = False
 
     def read(self, timeout: float) -> bytes | None:
@@ -59,6 +54,14 @@ class LocalStream:
 
     def connection_lost(self) -> bool:
         return False  # a local process has no connection to lose
+
+
+class LocalStream(ProcStream):
+    """A local process with merged output, in its own session so Ctrl-C here does not reach it."""
+
+    def __init__(self, argv: list[str]) -> None:
+        super().__init__(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
 
     def close(self) -> None:
         self.close_stdin()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import select
 import signal
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from gpuops.config.model import Host
 from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
 from gpuops.transport.base import Result
 from gpuops.transport.connecting import Connecting, ConnectionLost
+from gpuops.transport.local import ProcStream
 from gpuops.transport.sshargv import SshPlan, master_alive, plan
 from gpuops.transport.sshfail import SshFailed, classify
 from gpuops.transport.sshplan import where
@@ -182,40 +182,14 @@ class OpenSshTransport(Connecting):
         return SshProcStream(proc, found, log)
 
 
-class SshProcStream:
+class SshProcStream(ProcStream):
     """A command through the master, its stderr merged into stdout; ssh's own words in its log."""
 
     def __init__(self, proc: subprocess.Popen[bytes], found: SshPlan, log: str) -> None:
-        self._proc = proc
+        super().__init__(proc)
         self._plan = found
         self._log = log
-        assert proc.stdout is not None
-        self._fd = proc.stdout.fileno()
-        self._eof = False
         self._lost: bool | None = None
-
-    def read(self, timeout: float) -> bytes | None:
-        if self._eof:
-            return b""
-        ready, _, _ = select.select([self._fd], [], [], max(timeout, 0))
-        if not ready:
-            return None
-        data = os.read(self._fd, 65536)
-        if not data:
-            self._eof = True
-        return data
-
-    def write(self, data: bytes) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(data)
-        self._proc.stdin.flush()
-
-    def close_stdin(self) -> None:
-        if self._proc.stdin and not self._proc.stdin.closed:
-            try:
-                self._proc.stdin.close()
-            except BrokenPipeError:
-                pass
 
     def wait(self, timeout: float) -> int | None:
         """The command's exit status; -1 when the connection dropped (ssh's own 255, not the command's)."""

@@ -8,14 +8,14 @@ import re
 from gpuops.agent.wire import protocol as p
 from gpuops.command import Cmd, Script
 from gpuops.errors import ContainerNotRunning
-from gpuops.transport.base import Result, Stream, Transport
+from gpuops.transport.base import Result, Stream, Transport, Wrapping
 
 # pct's own words when the container is missing or stopped (REFERENCE.md).
 _MISSING = re.compile(r"Configuration file '[^']*/lxc/(\d+)\.conf' does not exist")
 _STOPPED = re.compile(r"Failed to get init pid|CT \d+ not running|container '?\d+'? not running|is not running")
 
 
-class PctTransport:
+class PctTransport(Wrapping):
     """Runs every command as `pct exec <ctid> -- argv` through the inner (host) transport; it is its own
     `container` (Transport.container: the state and pct's words, which only a container has)."""
 
@@ -67,30 +67,6 @@ class PctTransport:
                 f"{self.label}: container {self.ctid} is not running",
                 hint=f"start it with `pct start {self.ctid}` on {self.inner.label}",
             )
-
-    @property
-    def connections_made(self) -> int:
-        return self.inner.connections_made
-
-    @property
-    def commands(self) -> int:
-        return self.inner.commands
-
-    @property
-    def command_timeout(self) -> float:
-        return self.inner.command_timeout
-
-    def connect_soon(self) -> None:
-        self.inner.connect_soon()
-
-    def connect(self) -> None:
-        self.inner.connect()
-
-    def reconnect(self) -> None:
-        self.inner.reconnect()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def parse_pct_status(result: Result) -> str:
