@@ -97,8 +97,9 @@ def test_six_simultaneous_launches_start_exactly_one_run(ct: Ct) -> None:
     # One run on the target: one session, one run directory, one trainer, carrying that run's id.
     assert ct.sessions() == [SESSION]
     assert [d.name for d in ct.run_dirs()] == [run_id]
-    trainers = ct.fake_trainers()
-    assert len(trainers) == 1
+    # The pane's relay starts the trainer just after tmux made the session: wait for it, then count.
+    trainers = wait_until(ct.fake_trainers, message="the run's trainer to start")
+    assert len(trainers) == 1, trainers
     assert procs.environ(trainers[0]).get(b"GPUOPS_RUN_ID") == run_id.encode()
     assert ct.holder_left() is None and ct.lock_free()
     assert ct.gpuops("stop").code == 0
