@@ -141,3 +141,26 @@ def test_a_frozen_watchdog_is_killed_and_started_again(ct: Ct) -> None:
     finally:
         if procs.is_alive(first):
             os.kill(first, signal.SIGKILL)
+
+
+# -- the run's records deleted under it ---------------------------------------------------------------
+def test_a_deleted_run_directory_ends_its_supervisor_and_watchdog_without_a_crash_loop(ct: Ct) -> None:
+    ct.launch_detached(trainer("steps", "--steps", "100000"))
+    d = ct.run_dir()
+    watchdog = wait_watching(d)
+    supervisor = int((d / "supervisor.pid").read_text())
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    # Nothing is left to watch or write: both end (a crash loop of the watchdog lasted about 2 minutes).
+    wait_until(lambda: not procs.is_alive(supervisor) and not procs.is_alive(watchdog), timeout=30,
+               message="the supervisor and the watchdog of the deleted run to end")
+    mine = f"watchdog {d.name}".encode()  # none started again meanwhile
+    assert not [pid for pid in procs.find(lambda env: True) if mine in _cmdline(pid)]
+    assert ct.gpuops("stop").code == 0  # the training in its session is still stopped by name
+    assert not ct.session_alive()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""

@@ -116,18 +116,25 @@ def test_a_log_deleted_under_a_live_run_is_read_on_through_the_open_file(ct: Ct)
 # -- the run is taken away mid-way -------------------------------------------------------------------
 @pytest.mark.parametrize("hup", ["dies of it", "ignored"])
 def test_a_session_killed_by_hand_ends_the_launch_with_6(ct: Ct, hup: str) -> None:
-    # A training that ignores SIGHUP lives on when its session is killed: the end is seen from the
-    # pane's terminal hanging up (no tmux is asked meanwhile), and what is left of the run is stopped.
+    # A training that ignores SIGHUP lives on when its session is killed (here with the whole tmux
+    # server): the end is seen from the pane's terminal hanging up (no tmux is asked meanwhile), what is
+    # left of the run is stopped, and the reap's SIGTERM is not taken for the command's own end.
     ignore = "trap '' HUP; exec " if hup == "ignored" else ""
     ct.playbook_for(ignore + trainer("steps", "--steps", "100000"), stall=60)
     launch = ct.start("launch")
     launch.wait_for(lambda: "step 5/" in launch.out, "the log to stream")
-    assert ct.fake.tmux(ct.vmid, "kill-session", "-t", f"={SESSION}").returncode == 0
+    kill = ("kill-session", "-t", f"={SESSION}") if hup != "ignored" else ("kill-server",)
+    assert ct.fake.tmux(ct.vmid, *kill).returncode == 0
     result = launch.finish(timeout=60)
     assert result.code == 6, result
     assert ("its tmux session is gone (killed by hand" in result.err
             or (hup != "ignored" and "(SIGHUP: its tmux session was killed)" in result.err)), result
     ct.assert_run_gone()
+    if hup == "ignored":  # lost everywhere, as the launch said
+        (row,) = ct.gpuops("runs", "--json").events()
+        assert (row["outcome"], row["exit_code"]) == ("lost", 6), row
+        status = ct.gpuops("status")
+        assert "exited 143" not in status.text + status.err and "lost" in status.text + status.err, status
 
 
 def test_a_container_stopped_mid_run_ends_the_launch_with_6(ct: Ct) -> None:

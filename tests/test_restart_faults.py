@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import FakeProxmox, SshServer, wait_until
+from bench import FakeProxmox, SshServer, procs, wait_until
 from bench.faults import can_mount, full_disk, tmpfs
 from bench.pauses import flock_waiters, pause_env, reached, release
 from bench.watchdog import events, heartbeat
 from test_restart import fails_once, restart_events, run_over, with_restart
+from test_faults_reap import ESCAPE, holders
 from test_watch import Ct, make_ct, trainer
 
 
@@ -64,9 +65,9 @@ def test_a_stop_while_the_watchdog_files_the_ended_attempt_away_ends_the_run_for
 
 
 def test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watchdog(ct: Ct) -> None:
-    # 10 s of delay against the supervisor's 8 s without a pulse: the waiting watchdog must still be heard.
+    # 15 s of delay against the supervisor's 8 s without a pulse: the waiting watchdog must still be heard.
     command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
-    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 10})
+    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 15})
     assert ct.gpuops("launch", "--detach").code == 0
     d = ct.run_dir()
     wait_until(lambda: restart_events(d), timeout=60, message="the restart of attempt 1")
@@ -95,6 +96,35 @@ def test_another_playbooks_launch_on_the_gpus_of_a_run_between_attempts_is_refus
     wait_until(lambda: run_over(ct), timeout=90, message="attempt 2 to finish")
     assert (d / "exit_code").read_text().strip() == "0"
     assert ct.gpuops("launch", playbook=other).code == 0  # the GPUs are free once the run ended
+
+
+def test_an_attempt_that_crashed_is_followed_only_on_drained_gpus_and_a_foreign_holder_ends_the_run(ct: Ct) -> None:
+    # Attempt 1 leaves a double-forked worker without the run's marker on GPU 6 (20 GB), then crashes (no
+    # abort, so no abort drain); meanwhile another user's job, from its own shell, takes GPU 5. Before
+    # attempt 2 starts, the run's own escaped worker is killed, and the foreign holder ends the run, named.
+    go = ct.tmp / "go"
+    first = (f"( setsid {ESCAPE} </dev/null >/dev/null 2>&1 & ); until [ -e {shlex.quote(str(go))} ]; do sleep 0.05; done; "
+             f"{trainer('steps', '--steps', '1')}; exit 3")
+    command = fails_once(ct, first, trainer("steps", "--steps", "2"))
+    with_restart(ct, command, {"max": 1, "on": ["failed"], "delay": 0})
+    assert ct.gpuops("launch", "--detach").code == 0
+    d = ct.run_dir()
+    gpus = ct.fake.gpus(200)
+    wait_until(lambda: gpus.memory_used(6) > 20000, timeout=60, message="the escaped worker to hold GPU 6")
+    escaped = [pid for pid in holders(ct) if pid not in ct.run_processes()]
+    assert escaped, "the worker carries no marker"
+    other = ct.fake.occupy_gpu(200, 5, mib=20000)
+    go.touch()
+    wait_until(lambda: run_over(ct), timeout=120, message="the run to end before attempt 2")
+    failed = [e for e in events(d) if e.get("event") == "restart_failed"]
+    assert len(failed) == 1, events(d)
+    failed = failed[0]
+    assert failed["held_by"] == {"5": [other]}, failed
+    assert f"GPU 5 held by pids [{other}]" in failed["message"], failed
+    assert not any(procs.is_alive(pid) for pid in escaped) and procs.is_alive(other)
+    assert not [e for e in events(d) if e["event"] == "attempt_started"] and not (d / "log").exists()  # never ran
+    status = ct.gpuops("status")
+    assert "failed to start" in status.text + status.err and f"[{other}]" in status.text + status.err, status
 
 
 def test_short_restarted_attempts_are_streamed_in_full_twice_in_a_row(ct: Ct) -> None:

@@ -129,7 +129,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
                           "attempt_started", "restart_cancelled", "restart_failed"]},
         "by": WHO, "message": S, "rule": opt(S), "advice": opt(S), "figures": opt(OBJ), "restarts": I, "delay": N,
         "signal": I, "exit": opt(I), "frozen": N, "offset": I, "stopped_by": opt(S), "reason": opt(S), "attempt": I,
-        "max_attempts": opt(I), "compile_guard": B,
+        "max_attempts": opt(I), "compile_guard": B, "held_by": opt(by_gpu(arr(I))),
     }, ("what",)),
     "restart": ({"attempt": I, "max_attempts": I, "after": S, "compile_guard": B, "delay": N, "warmup": B,
                  "previous": ref("attempt_ended"), "by": WHO}, ("attempt", "max_attempts", "after", "compile_guard")),

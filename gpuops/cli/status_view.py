@@ -53,9 +53,12 @@ def session_words(s: Any) -> str:
     if maximum > 1 or s.run.attempts > 1:
         text += f" (attempt {s.run.attempts} of {maximum})"
     code = s.run.outcome_code()
+    unstarted = (s.run.watchdog or {}).get("start_failed")  # the attempt's warmup or drain failed: it never ran
     if code is not None:  # gpuops' exit code, and the command's own status where it differs
-        said = s.run.exit_code
+        said = None if unstarted else s.run.exit_code
         text += f" (exit {code}" + (f"; command exited {said}" if said is not None and said != code else "") + ")"
+    if unstarted:
+        text += f"; attempt {s.run.attempts} failed to start: {unstarted}"
     if ago is not None:
         text += f"; log grew {ago:.0f}s ago"
     rule = (s.run.abort or {}).get("rule")

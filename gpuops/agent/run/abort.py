@@ -96,6 +96,14 @@ def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Option
         return None
 
 
+def set_aside(d: str, name: str, aside: str) -> None:
+    """Keep a record under another name, where it would say something untrue (no record: nothing to do)."""
+    try:
+        os.replace(os.path.join(d, name), os.path.join(d, aside))
+    except OSError:
+        pass
+
+
 def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT,
           beat: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
     """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then.
@@ -181,11 +189,12 @@ def gpu_holders(gpus: List[int]) -> Dict[int, List[int]]:
     return {g.index: [a.pid for a in g.processes if a.pid] for g in table if g.index in gpus and g.processes}
 
 
-def drain_or_name(d: str, gpus: List[int], max_mib: int) -> Tuple[List[Dict[str, Any]], Dict[str, List[int]]]:
+def drain_or_name(d: str, gpus: List[int], max_mib: int, beat: Optional[Callable[[], None]] = None,
+                  ) -> Tuple[List[Dict[str, Any]], Dict[str, List[int]]]:
     """Drain the run's GPUs; a GPU that does not drain is held by someone: a holder that started after the
     run and carries no other run's marker is the run's own (a worker that escaped the reap) and is
-    killed; the pids that still hold a GPU then are named, per GPU."""
-    state = drain(gpus, max_mib)
+    killed; the pids that still hold a GPU then are named, per GPU. `beat`: as drain's."""
+    state = drain(gpus, max_mib, beat=beat)
     busy = [g["index"] for g in state if (g.get("memory_used_mib") or 0) > max_mib]
     if not busy:
         return state, {}
@@ -198,7 +207,7 @@ def drain_or_name(d: str, gpus: List[int], max_mib: int) -> Tuple[List[Dict[str,
         except OSError:
             pass
     if ours:
-        state = drain(gpus, max_mib, timeout=10.0)
+        state = drain(gpus, max_mib, timeout=10.0, beat=beat)
         busy = [g["index"] for g in state if (g.get("memory_used_mib") or 0) > max_mib]
     holders = gpu_holders(busy) if busy else {}
     return state, {str(g): holders.get(g, []) for g in busy}

@@ -68,14 +68,15 @@ def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None
         beat(rec)
         time.sleep(POLL)
     _guard_flag(d, bool(rec.get("compile_guard")))
-    if rec["state"] == p.ATTEMPT_WAITING and rec.get("warmup") and not stopped(d):
+    failed = None if stopped(d) else drained(d, cfg, lambda: beat(rec))
+    if failed is None and rec["state"] == p.ATTEMPT_WAITING and rec.get("warmup") and not stopped(d):
         failed = warm_up(d, cfg, lambda: beat(rec))
-        if failed is not None and not stopped(d):
-            write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "warmup_failed": failed["message"]})
-            say("restart_failed", attempt=rec["attempt"], message=failed["message"])
-            with open(os.path.join(d, p.EXIT_CODE), "w") as fh:
-                fh.write("%d\n" % failed["code"])
-            return False
+    if failed is not None and not stopped(d):
+        write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "start_failed": failed["message"]})
+        say("restart_failed", attempt=rec["attempt"], message=failed["message"], **failed.get("why", {}))
+        with open(os.path.join(d, p.EXIT_CODE), "w") as fh:
+            fh.write("%d\n" % failed["code"])
+        return False
     if stopped(d):
         return _stopped(d, rec, say)
     rec = {**rec, "state": p.ATTEMPT_STARTING}
@@ -111,6 +112,20 @@ def _stopped(d: str, rec: Dict[str, Any], say: Callable[..., None]) -> bool:
     wait_done(d, 120.0)
     reap(os.path.basename(d))
     return False
+
+
+def drained(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
+    """Whatever ended the attempt before (an abort drains; an exit, a crash or a vanished session did
+    not), the next one starts only on GPUs back under the idle threshold: the run's own escaped holders
+    are killed; a GPU someone else holds ends the run (exit 4, as a busy GPU at preflight), naming them."""
+    from .abort import drain_or_name
+
+    _, held_by = drain_or_name(d, [int(g) for g in cfg.get("gpus") or []], watchfile.max_memory_used_mib(cfg), beat=beat)
+    if not held_by:
+        return None
+    named = "; ".join("GPU %s held by pids %s" % (g, pids or "unknown (nvidia-smi lists none)") for g, pids in held_by.items())
+    return {"code": 4, "message": "the GPUs did not drain after attempt %d ended (%s)" % (current(d)["attempt"] - 1, named),
+            "why": {"held_by": held_by}}
 
 
 def _guard_flag(d: str, on: bool) -> None:

@@ -2,9 +2,10 @@
 
 `python3 -m gpuops_agent supervise RUN_ID`, started detached (its own session, no terminal, no
 run marker) by start.py. It ends once the watchdog says it is done (watchdog.json `state: done`:
-the run is over and its records are written), or on SIGTERM (a launch that could not start
-training takes it down). Any other end of the watchdog (a crash, `kill`, an exit 0 that did not
-finish the run) is followed by a restart. The watchdog pulses a byte down its stdout (a pipe)
+the run is over and its records are written), on SIGTERM (a launch that could not start training
+takes it down), or once the run's directory is deleted (nothing is left to watch or write). Any
+other end of the watchdog (a crash, `kill`, an exit 0 that did not finish the run) is followed by a
+restart. The watchdog pulses a byte down its stdout (a pipe)
 every heartbeat, which needs no disk: no pulse for FROZEN_AFTER seconds (SIGSTOP, a read stuck
 on a dead NFS mount) and it is killed and started again. A bookkeeping write that fails (a full
 disk) never ends the supervisor.
@@ -103,6 +104,8 @@ def main(argv: List[str]) -> int:
         child[0].stdout.close()
         code = child[0].returncode
         if stopping[0] or done(d):
+            return 0
+        if not os.path.isdir(d):  # the run's records were deleted: nothing is left to watch or write
             return 0
         restarts += 1
         fast = fast + 1 if time.monotonic() - started < CRASH_WINDOW else 0

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..wire import protocol as p
 from ..run import restart as restarts
 from ..wire import watchfile
-from ..run.abort import claim, claimer_dead, finish_orphan, reap, stop_run
+from ..run.abort import claim, claimer_dead, finish_orphan, reap, set_aside, stop_run
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
@@ -273,7 +273,8 @@ class Watchdog:
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
             survivors = reap(self.run_id)
-            if vanished:
+            if vanished:  # the status the command then ended with is the reap's SIGTERM, not its own: lost
+                set_aside(self.d, p.EXIT_CODE, p.EXIT_CODE_REAPED)
                 self.events.write("session_gone", message="the run's tmux session is gone while its command ran "
                                   "(killed by hand?); what was left of the run was stopped")
             if survivors:
@@ -321,7 +322,7 @@ class Watchdog:
             "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
             "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
-            "restarts": self.restarts, "attempt": self.attempt["attempt"],
+            "restarts": self.restarts, "attempt": self.attempt["attempt"], "start_failed": self.attempt.get("start_failed"),
             "max_attempts": restarts.max_attempts(self.cfg),
             "restart_due": (self.status == "aborting" or self.over) and restarts.due(self.d, self.cfg) is not None,
             "disabled_rules": sorted(self.matcher.guard.disabled), "wait": self.waker.mode,
@@ -356,6 +357,8 @@ class Watchdog:
                 next_claim_check = now + 0.25
                 self.check_claims()
             self.beat()
+            if look and not os.path.isdir(self.d):  # the run's records were deleted: nothing to write to
+                return 0
             if at_end and look and self.ended(now):
                 self.finish()
                 return 0

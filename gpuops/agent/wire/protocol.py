@@ -48,6 +48,7 @@ from .stackfile import STACKS  # noqa: F401  (stacks/<pid>.txt: the run's thread
 # -- records in a run directory ----------------------------------------------------------------
 LOG = "log"
 EXIT_CODE = "exit_code"  # the command's exit status once it ended (128+N for signal N)
+EXIT_CODE_REAPED = "exit_code.reaped"  # the status of a command whose session vanished, ended by the reap
 META = "meta.json"  # what was launched: playbook, command, env (secrets masked), GPUs, phase
 ENV = "env.sh"  # the exports of the playbook's env (mode 0600: it holds the secret values)
 COMMAND = "command"  # the training command, as the playbook writes it
@@ -82,7 +83,7 @@ WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; i
 ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard, until, started}; absent: attempt 1
 ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
 #: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
-ATTEMPT_RECORDS = (LOG, EXIT_CODE, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
+ATTEMPT_RECORDS = (LOG, EXIT_CODE, EXIT_CODE_REAPED, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
                    CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS)
 #: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
 #: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
