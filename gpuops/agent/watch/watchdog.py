@@ -34,6 +34,7 @@ from ..system.filewatch import Waker
 from .ruleset import build_matcher, stall_config
 from .heartbeat import EventLog, Pulse, _write_state
 from ..notify.outbox import Notifier
+from .joblink import JobLink
 
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.
@@ -85,11 +86,11 @@ class Watchdog:
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
         self.over = False  # the attempt ended: finish() runs
+        self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
-        """Feed what the log has beyond the offset to the matcher; the bytes that came (fewer than READ:
-        the log's end was reached)."""
+        """Feed what the log has beyond the offset to the matcher; the bytes that came (< READ: the log's end)."""
         data, why = self.log.read(READ)
         self.inode = self.log.inode
         if why:
@@ -194,19 +195,21 @@ class Watchdog:
             return
         self.status = "aborting"
         self.events.write("abort_start", reason=reason, rule=why.get("rule"))
+        self.link.publish(reason, **why)
 
         def sequence() -> None:
+            self.link.settle()
             result = stop_run(self.d, self.cfg)
             self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
 
         self.aborter = threading.Thread(target=sequence, name="gpuops-abort", daemon=True)
         self.aborter.start()
 
-    def seen_claim(self, record: Dict[str, Any]) -> None:
-        """Someone else stopped the run (a client, `gpuops stop`, --timeout): say so once, do not signal."""
+    def seen_claim(self, record: Dict[str, Any]) -> None:  # a client, `gpuops stop`, --timeout: said once, no signal
         if self.status == "watching":
             self.status = "aborting"
             self.claimed_by = str(record.get("by") or "?")
+            self.link.publish(str(record.get("reason")), by=self.claimed_by, rule=record.get("rule"))
             self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by,
                               rule=record.get("rule"))
 
@@ -268,6 +271,7 @@ class Watchdog:
     def finish(self) -> None:
         """Reap what is left (a worker can outlive its session and keep writing), drain the log,
         settle a match the run outlived, record the end."""
+        self.link.at_end()
         self.over = True
         self.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
@@ -287,6 +291,7 @@ class Watchdog:
             self.aborter.join()
         self.waker.close()
         self.live.close()
+        self.link.close()
         after = restarts.due(self.d, self.cfg)
         try:
             self.quiet.finish()
@@ -336,6 +341,7 @@ class Watchdog:
         if self.restarts:
             self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
         self.beat(force=True)
+        self.link.start()
         next_claim_check = 0.0
         ready: List[int] = []
         while True:
@@ -355,18 +361,18 @@ class Watchdog:
             if (look if at_end else now >= next_claim_check):
                 next_claim_check = now + 0.25
                 self.check_claims()
+            self.link.pump()
             self.beat()
             if at_end and look and self.ended(now):
                 self.finish()
                 return 0
             if at_end:
-                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds(), self.live.hangups())
+                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds() + self.link.fds(), self.live.hangups())
                 self.live.saw(ready)
             else:
                 ready = []
 
-    def wait_for(self) -> float:
-        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
+    def wait_for(self) -> float:  # seconds to sleep at most: to the next heartbeat; short while an abort is under way
         left = self.last_beat + p.HEARTBEAT_EVERY - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
