@@ -88,6 +88,12 @@ def test_one_nodes_fatal_line_ends_the_job_on_every_node_with_nobody_attached(jo
     assert job.run_dir(200).name == job.run_dir(201).name == run  # one run id on every node
     wait_until(lambda: not job.alive(200) and not job.alive(201), timeout=60, message="both nodes' sessions gone")
     log0, log1 = (job.run_dir(v) / "log" for v in (200, 201))
+    import os
+    if os.environ.get("GPUOPS_MEASURE_NODES"):  # benchmarks: the fatal line to the last node's session gone
+        evs = [json.loads(x) for v in (200, 201) for x in (job.run_dir(v) / "events.jsonl").read_text().splitlines()]
+        line = min(e["ts"] for e in evs if e["event"] == "match")
+        gone = max(e.get("session_gone_at") or e["ts"] for e in evs if e["event"] == "aborted")
+        print("NODES-LATENCY", round(gone - line, 3))
     assert f"rank 0 of 2 group 0 rdzv {run} restart 0" in log0.read_text()
     assert f"rank 1 of 2 group 1 rdzv {run} restart 0" in log1.read_text()
     own = wait_until(lambda: (job.run_dir(201) / "abort.json").exists() and job.record(201, "abort.json"))
