@@ -46,6 +46,9 @@ def connect(dist: Any, host: str, port: int, deadline: float) -> Any:
 
 def main(argv: list) -> int:
     (run_id,) = argv
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))  # the watchdog ends the link: no interpreter shutdown
     d = p.run_dir(run_id)
     cfg = watchfile.read(d) or {}
     job: Dict[str, Any] = cfg.get("job") or {}
@@ -101,8 +104,14 @@ def main(argv: list) -> int:
                 return 0
             continue
         tell(waiter.get(name))
-    time.sleep(0.2)  # the publisher's answer, if it was ours, is written
-    return 0
+    # Held until the store goes (node 0's torchrun ended), so that the watchdog can tell when a restart
+    # may start; its EOF is the sign.
+    while True:
+        try:
+            waiter.check([name])
+        except Exception:  # noqa: BLE001
+            return 0
+        time.sleep(0.2)
 
 
 tool_job_store = main

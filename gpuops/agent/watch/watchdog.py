@@ -291,8 +291,8 @@ class Watchdog:
             self.aborter.join()
         self.waker.close()
         self.live.close()
-        self.link.close()
         after = restarts.due(self.d, self.cfg)
+        self.link.close(store_gone=after is not None)
         try:
             self.quiet.finish()
         except Exception as exc:  # the run is over either way; its profile is a convenience
