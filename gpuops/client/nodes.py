@@ -76,7 +76,7 @@ ADDRESS_PROBE = Cmd("hostname", "-I")
 
 
 def discover_address(job: Job) -> str:
-    result = job.run(ADDRESS_PROBE)
+    result = job.transport.run(ADDRESS_PROBE, timeout=job.timeout)
     words = result.out.split()
     if result.exit_code != 0 or not words:
         raise RemoteError(f"{job.target.name}: cannot find node 0's address (`hostname -I` exit {result.exit_code}: "

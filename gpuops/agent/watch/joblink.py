@@ -27,6 +27,8 @@ from ..wire.records import command_exit_code, read_text, write_json_atomic
 SETTLE = 1.0
 #: How long a node whose training exited non-zero waits for the first failing node's end.
 FAILED_WAIT = 3.0
+#: How long a node (not node 0) waits, before its restart, for node 0's old store to go (its abort's grace and more).
+STORE_GONE_WAIT = 120.0
 #: gpuops exit codes by how the first node ended (the job's code).
 _CODES = {"match": p.EXIT_ABORTED, "stall": p.EXIT_STALLED, p.RESTART_FAILED: p.EXIT_FAILED}
 
@@ -40,6 +42,7 @@ class JobLink:
         self.end: Optional[Dict[str, Any]] = None  # the job's end, as the store has it
         self.ended = threading.Event()
         self.published = False
+        self.started = False
 
     @property
     def active(self) -> bool:
@@ -57,6 +60,15 @@ class JobLink:
         os.set_blocking(self.proc.stdout.fileno(), False)
 
     def fds(self) -> List[int]:
+        """What the watchdog's wait also waits on; asked before each wait, it starts the link on the first
+        and reads what the link said since the last (so a message wakes the wait, and is acted on after it)."""
+        if not self.started:
+            self.started = True
+            self.start()
+        self.pump()
+        return self.links()
+
+    def links(self) -> List[int]:
         return [self.proc.stdout.fileno()] if self.proc is not None and self.proc.stdout is not None else []
 
     def pump(self) -> None:
@@ -93,7 +105,7 @@ class JobLink:
             words = {"connected": "connected to the job's rendezvous store (%s)" % msg.get("key")}
             self.wd.events.write("job_link", state=kind, message=words.get(kind) or str(msg.get("why")))
 
-    def publish(self, reason: str, **why: Any) -> None:
+    def publish(self, reason: str, settle: bool = False, **why: Any) -> None:
         """This node ended the job (its own abort, a stop, its training failing): the store's first writer wins."""
         if not self.active or self.published or reason == p.JOB_ABORT or self.proc is None:
             return
@@ -107,7 +119,9 @@ class JobLink:
             self.proc.stdin.write(jobwire.line("publish", record=record))
             self.proc.stdin.flush()
         except (OSError, ValueError, AssertionError):
-            pass
+            return
+        if settle:
+            self.settle()
 
     def settle(self, seconds: float = SETTLE) -> None:
         """Give the store a moment to take this node's end before this node's torchrun (maybe the store's host) is stopped."""
@@ -123,13 +137,21 @@ class JobLink:
             return
         self.publish(p.RESTART_FAILED)
         deadline = time.monotonic() + FAILED_WAIT
-        while self.end is None and time.monotonic() < deadline and self.fds():
+        while self.end is None and time.monotonic() < deadline and self.links():
             time.sleep(0.05)
             self.pump()
 
-    def close(self) -> None:
+    def close(self, store_gone: bool = False) -> None:
+        """End the link; `store_gone` (a restart follows): first wait until this attempt's store is gone, so
+        the next attempt never joins the old rendezvous while node 0's old torchrun still hosts it."""
         if self.proc is None:
             return
+        if store_gone and self.job.get("node_rank") != 0:
+            deadline = time.monotonic() + STORE_GONE_WAIT
+            while self.links() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                self.pump()
+                self.wd.pulse.beat()  # alive to its supervisor while it waits
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
         except OSError:

@@ -195,10 +195,9 @@ class Watchdog:
             return
         self.status = "aborting"
         self.events.write("abort_start", reason=reason, rule=why.get("rule"))
-        self.link.publish(reason, **why)
 
         def sequence() -> None:
-            self.link.settle()
+            self.link.publish(reason, settle=True, **why)  # the other nodes of a torchrun job learn it first
             result = stop_run(self.d, self.cfg)
             self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
 
@@ -210,8 +209,7 @@ class Watchdog:
             self.status = "aborting"
             self.claimed_by = str(record.get("by") or "?")
             self.link.publish(str(record.get("reason")), by=self.claimed_by, rule=record.get("rule"))
-            self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by,
-                              rule=record.get("rule"))
+            self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by, rule=record.get("rule"))
 
     def check_claims(self) -> None:
         """An abort claimed by someone whose process is gone before it finished (or whose abort.json is
@@ -341,7 +339,6 @@ class Watchdog:
         if self.restarts:
             self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
         self.beat(force=True)
-        self.link.start()
         next_claim_check = 0.0
         ready: List[int] = []
         while True:
@@ -361,7 +358,6 @@ class Watchdog:
             if (look if at_end else now >= next_claim_check):
                 next_claim_check = now + 0.25
                 self.check_claims()
-            self.link.pump()
             self.beat()
             if at_end and look and self.ended(now):
                 self.finish()
