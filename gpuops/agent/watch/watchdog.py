@@ -22,7 +22,7 @@ from ..wire import protocol as p
 from ..run import restart as restarts
 from ..wire import watchfile
 from ..run.abort import claim, claimer_dead, finish_orphan, reap, stop_run
-from .logfile import LogFile
+from .logfile import LogFile, last_line
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
 from ..detect.quiet_failures import Quiet
@@ -204,7 +204,8 @@ class Watchdog:
         self.aborter = threading.Thread(target=sequence, name="gpuops-abort", daemon=True)
         self.aborter.start()
 
-    def seen_claim(self, record: Dict[str, Any]) -> None:  # a client, `gpuops stop`, --timeout: said once, no signal
+    def seen_claim(self, record: Dict[str, Any]) -> None:
+        """Someone else stopped the run (a client, `gpuops stop`, --timeout): say so once, do not signal."""
         if self.status == "watching":
             self.status = "aborting"
             self.claimed_by = str(record.get("by") or "?")
@@ -238,21 +239,7 @@ class Watchdog:
         if not self.stall_said:
             self.stall_said = True
             self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(), **missing)
-        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=self.last_line(), **missing)
-
-    def last_line(self) -> Optional[str]:
-        """The log's last non-blank line, masked then cut: why a stalled run stalled, at a glance."""
-        try:
-            with open(os.path.join(self.d, p.LOG), "rb") as fh:
-                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
-                tail = fh.read()
-        except OSError:
-            return None
-        for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
-            text = raw.decode("utf-8", "replace").strip()
-            if text:
-                return self.masker.cut(text, 300, keep_end=True)
-        return None
+        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=last_line(self.d, self.masker), **missing)
 
     # -- the end ------------------------------------------------------------------------------
     def ended(self, now: float) -> bool:
@@ -368,7 +355,8 @@ class Watchdog:
             else:
                 ready = []
 
-    def wait_for(self) -> float:  # seconds to sleep at most: to the next heartbeat; short while an abort is under way
+    def wait_for(self) -> float:
+        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
         left = self.last_beat + p.HEARTBEAT_EVERY - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
