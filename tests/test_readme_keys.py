@@ -16,6 +16,7 @@ import pytest
 
 from gpuops.config import inventory, notify_keys, playbook, watch
 from gpuops.config import restart_keys as restart
+from gpuops.config import torchrun_keys as torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY_PAGE = ROOT / "docs" / "inventory.md"
@@ -40,7 +41,8 @@ def inventory_keys() -> list[str]:
 def playbook_keys() -> list[str]:
     keys = [k for k in playbook.PLAYBOOK_KEYS if k not in PLAYBOOK_SECTIONS or k == "restart"]
     for section, names in (("preflight", playbook.PREFLIGHT_KEYS), ("warmup", playbook.WARMUP_KEYS),
-                           ("launch", playbook.LAUNCH_KEYS), ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS),
+                           ("launch", playbook.LAUNCH_KEYS), ("launch.torchrun", torchrun.TORCHRUN_KEYS),
+                           ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS),
                            ("watch.throughput", watch.THROUGHPUT_KEYS), ("watch.gpu_memory", watch.GPU_MEMORY_KEYS),
                            ("watch.compile_after_warmup", watch.COMPILE_KEYS), ("restart", restart.RESTART_KEYS)):
         keys += [f"{section}.{k}" for k in names]

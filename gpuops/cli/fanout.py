@@ -83,9 +83,10 @@ class Fanout:
     """Runs `work` for every job at once and renders what each reports; `ordered`: one target's output after another."""
 
     def __init__(self, jobs: list[Any], render_for: Callable[[Any], Any], base: Any, report: Any, *,
-                 as_json: bool, ordered: bool = False) -> None:
+                 as_json: bool, ordered: bool = False, sum_up: bool = True) -> None:
         self.jobs, self.base, self.report = jobs, base, report
         self.as_json, self.ordered = as_json, ordered
+        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_cmd.py)
         self.renders = {job.target.name: render_for(job) for job in jobs}
         self.workers: list[_Worker] = []
         self.broken = False
@@ -227,6 +228,8 @@ class Fanout:
         code = worst_exit(codes)
         if self.broken:
             raise BrokenPipeError()
+        if not self.sum_up:
+            return code
         if self.as_json:
             order = {w.name: i for i, w in enumerate(self.workers)}
             self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))

@@ -54,7 +54,7 @@ COMMON: dict[str, Schema] = {
     "schema_version": {"const": SCHEMA_VERSION},
 }
 WHO = {"enum": ["watchdog", "client", "stop", "timeout", "pane"]}
-REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt"]}
+REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt", "job"]}  # job: another node of a torchrun job ended it
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
 NOTIFY_VIA = {"enum": ["webhook", "command"]}
 
@@ -95,6 +95,7 @@ SHAPES: dict[str, Schema] = {
     # in the run directory (null: it did not answer, `error` says why), how many threads, taken how.
     "stack_process": closed({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
                              "attempt": I, "error": S}, ("pid", "file", "threads", "via")),
+    "job_node": closed({"node": S, "node_rank": I, "outcome": S, "exit_code": opt(EXIT)}, ("node", "node_rank", "outcome")),
 }
 
 #: Each event kind's own fields (beside COMMON) and the ones it always has.
@@ -102,12 +103,14 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     # -- launch --------------------------------------------------------------------------------
     "preflight_ok": ({"gpus": arr(ref("gpu_finding")), "smi": {"enum": ["ok", "absent", "error"]}}, ("gpus",)),
     "lock_recovered": ({"holder": opt(S)}, ()),
-    "run_created": ({"session": S}, ("run", "session")),
+    "run_created": ({"session": S, "node_rank": I}, ("run", "session")),
+    "job_planned": ({"job": S, "nodes": arr(S), "rdzv_endpoint": S, "found_by": S}, ("run", "job", "nodes", "rdzv_endpoint")),
     "warmup_start": ({"gpu": I}, ("gpu",)),
     "warmup_output": ({"gpu": I, "line": S}, ("gpu", "line")),
     "warmup_draining": ({"gpu": I, "memory_used_mib": opt(I)}, ("gpu",)),
     "warmup_done": ({"gpu": I, "seconds": N}, ("gpu", "seconds")),
-    "started": ({"session": S, "log": S, "warmup_seconds": by_gpu(N), "watchdog": B}, ("run", "session", "log")),
+    "started": ({"session": S, "log": S, "warmup_seconds": by_gpu(N), "watchdog": B, "node_rank": I, "command": S},
+                ("run", "session", "log")),
     # -- following a run (launch, logs -f) -------------------------------------------------------
     "waiting_start": ({"phase": opt(S)}, ("run",)),
     "following": ({"state": opt(S)}, ("run",)),
@@ -126,10 +129,11 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "watchdog": ({
         "what": {"enum": ["watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
                           "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done",
-                          "attempt_started", "restart_cancelled", "restart_failed"]},
+                          "attempt_started", "restart_cancelled", "restart_failed", "job_abort", "job_link"]},
         "by": WHO, "message": S, "rule": opt(S), "advice": opt(S), "figures": opt(OBJ), "restarts": I, "delay": N,
         "signal": I, "exit": opt(I), "frozen": N, "offset": I, "stopped_by": opt(S), "reason": opt(S), "attempt": I,
-        "max_attempts": opt(I), "compile_guard": B, "held_by": opt(by_gpu(arr(I))),
+        "max_attempts": opt(I), "compile_guard": B, "held_by": opt(by_gpu(arr(I))), "state": S, "first_node": opt(S),
+        "first_rank": opt(I), "first_reason": opt(S), "first_by": opt(S), "exit_code": opt(EXIT), "excerpt": opt(S),
     }, ("what",)),
     "restart": ({"attempt": I, "max_attempts": I, "after": S, "compile_guard": B, "delay": N, "warmup": B,
                  "previous": ref("attempt_ended"), "by": WHO}, ("attempt", "max_attempts", "after", "compile_guard")),
@@ -177,6 +181,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "warmup_seconds": by_gpu(N), "outcome": S, "exit_code": opt(EXIT), "command_exit_code": opt(I),
         "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(S), "error": opt(S),
         "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
+        "job": opt(OBJ),
     }, ("run", "outcome", "exit_code", "command_exit_code")),
     # -- gpuops report -------------------------------------------------------------------------------------
     "report": ({"path": S, "outcome": opt(S), "exit_code": opt(EXIT), "plots": I}, ("run", "path", "plots")),
@@ -189,6 +194,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "stacks": arr(ref("stack_process")),
         "error": S, "hint": S, "thresholds": OBJ, "gpu": I, "output_tail": arr(S),
         "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr({"anyOf": [ref("connection"), ref("broken_target")]}),
+        "job": S, "nodes": {"anyOf": [arr(S), arr(ref("job_node"))]}, "first_failing_node": S, "node_rank": I, "detached": B,
     }, ("outcome", "exit_code", "message")),
 }
 

@@ -22,6 +22,8 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
     if dry_run:
         return _dry_run(inventory, playbook, targets, every, as_json)
     jobs = load_jobs(inventory, playbook, targets, every)
+    from gpuops.cli.job_cmd import is_job, run_job
+
     if not (yes or as_json) and sys.stdin.isatty() and sys.stderr.isatty():
         import click
 
@@ -31,6 +33,8 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
         if not click.confirm(f"Launch '{job.playbook.name}' on {where} (GPUs {gpus}, session '{job.session}')?",
                              default=True, err=True):
             return ExitCode.OK
+    if is_job(jobs):
+        return run_job(jobs, detach=detach, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
     work = functools.partial(_launch_one, detach=detach, timeout=timeout, inventory=inventory, playbook=playbook,
                              stop_on_exit=stop_on_exit)
     return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), report, as_json=as_json,
@@ -129,6 +133,13 @@ def _dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 
     jobs = load_jobs(inventory, playbook, targets, every, dry=True)
     out = JsonRenderer(hold_summaries=len(jobs) > 1) if as_json else None
+    from gpuops.cli.job_cmd import dry_run_job, is_job
+
+    if is_job(jobs):
+        dry_run_job(jobs, out)
+        if out is not None and out.held is not None:
+            out.release(lambda obj: 0)
+        return ExitCode.OK
     for i, job in enumerate(jobs):
         if out is None and i:
             print()

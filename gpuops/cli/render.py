@@ -143,6 +143,10 @@ _WATCHDOG_WORDS = {
     "notify_failed": lambda ev: (
         f"NOTIFICATION FAILED ({ev.get('what')}) through {ev.get('via') or 'a'} channel {ev.get('channel') or ''}: "
         f"{ev.get('reason')}"),
+    "job_abort": lambda ev: (
+        f"JOB: node {ev.get('first_node')} ended the job ({ev.get('first_reason')}"
+        + (f", rule '{ev.get('rule')}'" if ev.get("rule") else "") + "): this node stops too"),
+    "job_link": lambda ev: str(ev.get("message")),
     "rule_disabled": lambda ev: (
         f"rule '{ev.get('rule')}' took {ev.get('seconds')}s on one line (its pattern backtracks catastrophically): "
         "it is no longer applied; the other rules, the stall clock and --timeout go on"),
@@ -240,6 +244,9 @@ class TextRenderer:
                                for g, held in (ev.get("held_by") or {}).items()))
         elif k == "stacks":
             self._stacks(ev, tag)
+        elif k == "job_planned":
+            self.say(f"job {ev.run}: {len(ev.get('nodes') or [])} nodes {', '.join(ev.get('nodes') or [])}; "
+                     f"rendezvous at {ev.get('rdzv_endpoint')} (found by {ev.get('found_by')})")
         elif k == "waiting_start":
             self.say(f"{tag} run {ev.run} is being launched ({ev.get('phase')}); following once training starts")
         elif k == "reconnecting":

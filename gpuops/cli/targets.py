@@ -42,6 +42,8 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
         chosen = usable(inv, [*inv.targets, *inv.broken])  # a target that cannot be used is said, not skipped
     elif names:
         chosen = resolve_targets(inv, names)  # a group name selects its targets
+    elif pb is not None and pb.launch.nodes:
+        chosen = node_targets(inv, pb)  # one torchrun job: every node (docs/torchrun.md)
     elif run and not pb.target and len(inv.targets) == 1 and not inv.broken:
         chosen = list(inv.targets.values())  # the inventory's only target: no -t needed
     elif run or (pb is not None and pb.target):
@@ -53,6 +55,21 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     if not chosen:
         raise UsageError(f"{inventory}: no targets defined")
     return Selection(inv, pb, chosen)
+
+
+def node_targets(inv: Any, pb: Any) -> list[Any]:
+    """The targets of launch.nodes, node 0 first; one the inventory lacks is an error at its line (exit 2)."""
+    from gpuops.config import schema as s
+    from gpuops.errors import ConfigError
+
+    marks = pb.launch.node_marks or (None,) * len(pb.launch.nodes)
+    for name, mark in zip(pb.launch.nodes, marks):
+        if name not in inv.targets and name not in inv.broken:
+            raise ConfigError(mark, f"launch.nodes names '{name}', which is not a target of {inv.path} "
+                              f"(targets: {', '.join(inv.targets) or 'none'}){s.suggest(name, inv.targets)}", file=pb.path)
+    from gpuops.config.inventory import usable
+
+    return usable(inv, pb.launch.nodes)
 
 
 def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,

@@ -8,6 +8,7 @@ import socket
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from gpuops.config.model import Inventory, Target
 from gpuops.config.playbook_model import Playbook
@@ -22,6 +23,7 @@ class Job:
     playbook: Playbook
     target: Target
     transport: Transport
+    node: Any = None  # client/nodes.Node: this job is one node of a torchrun job (launch.nodes)
 
     @property
     def local(self) -> bool:

@@ -35,6 +35,7 @@ def meta(job: Job, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
         "compile_guard": pb.launch.compile_guard,
         "launched_by": holder_id(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **({"job": job.node.meta()} if job.node is not None else {}),
         **extra,
     }
 
@@ -121,6 +122,7 @@ def watch_config(job: Job, run_id: str) -> dict[str, Any]:
         restart=restart_config(job),
         stacks=w.stacks,
         notify=notify_config(job),
+        job=job.node.watch() if job.node is not None else None,
     )
 
 
@@ -156,6 +158,8 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
         watch["notify"] = [{**c, "webhook": "***"} if c["secret"] else c for c in watch["notify"]]
+        if watch.get("job"):
+            watch["job"] = {**watch["job"], "key": "***"}
         command = job.mask(command)
         again = job.mask(again) if again else again
     return dumps({

@@ -28,7 +28,7 @@ SSH_KEYS = (
     "connect_timeout",
 )
 HOST_KEYS = ("transport", *SSH_KEYS, "command_timeout")
-TARGET_KEYS = ("host", "ctid", "gpus", "become_user", "become_method")
+TARGET_KEYS = ("host", "ctid", "gpus", "become_user", "become_method", "rdzv_address")
 
 
 def accepts(source: Source) -> bool:
@@ -137,6 +137,8 @@ def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target
     ctid = s.integer(ctid_node, s.CTID_MIN, s.CTID_MAX, "a container id") if ctid_node else None
     gpus_node = sec.get("gpus")
     gpus = s.gpu_list(gpus_node) if gpus_node else ()
+    rdzv_node = sec.get("rdzv_address")
+    rdzv = s.text_matching(rdzv_node, s.ADDRESS, "an address the other nodes reach this target by") if rdzv_node else None
     user_node = sec.get("become_user")
     user = s.text_matching(user_node, s.USER, "a user name") if user_node else None
     method_node = sec.get("become_method")
@@ -144,7 +146,7 @@ def _target(name: str, mark: Mark, node: Node, hosts: dict[str, Host]) -> Target
     if method_node is not None and user is None:
         raise ConfigError(sec.key_mark("become_method"), f"become_method needs become_user in target '{name}'")
     return Target(name=name, host=host, ctid=ctid, gpus=gpus, mark=mark, become_user=user,
-                  become_method=method)  # type: ignore[arg-type]
+                  become_method=method, rdzv_address=rdzv)  # type: ignore[arg-type]
 
 
 def resolve_target(inventory: Inventory, playbook: Playbook | None, name: str | None) -> Target:

@@ -44,6 +44,7 @@ class Target:
     # gpuops becomes with runuser (pct exec is root there); on a host with sudo (-H -n) or su (become_method).
     become_user: str | None = None
     become_method: Literal["sudo", "su"] = "sudo"
+    rdzv_address: str | None = None  # how the other nodes of a torchrun job reach this one (docs/torchrun.md)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from gpuops.config.playbook_model import (
 )
 from gpuops.config.notify_keys import parse_notify
 from gpuops.config.restart_keys import parse_restart
+from gpuops.config.torchrun_keys import parse_nodes, parse_torchrun
 from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError, Mark
@@ -25,7 +26,7 @@ PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "wa
                  "restart", "notify")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
-LAUNCH_KEYS = ("session", "command", "compile_guard")
+LAUNCH_KEYS = ("session", "command", "compile_guard", "nodes", "torchrun")
 ABORT_KEYS = ("signal", "grace")
 ENV_VALUE_KEYS = ("value", "from_env", "secret")
 MAX_ENV_STRING = 131072  # Linux's MAX_ARG_STRLEN: execve refuses a longer NAME=value (its NUL counted)
@@ -263,7 +264,10 @@ def _launch(node: Node) -> Launch:
         raise ConfigError(session_node.mark, f"invalid tmux session name {session!r}: {problem}")
     command = s.nonempty(sec.require("command", "the training command"), "a command")
     guard = sec.get("compile_guard")
-    return Launch(session=session, command=command, compile_guard=s.boolean(guard) if guard is not None else False)
+    nodes, marks = parse_nodes(sec.get("nodes"))
+    torchrun = parse_torchrun(sec.get("torchrun"), nodes, sec.get("nodes"), node.mark)
+    return Launch(session=session, command=command, compile_guard=s.boolean(guard) if guard is not None else False,
+                  nodes=nodes, torchrun=torchrun, node_marks=marks)
 
 
 def _session_problem(session: str) -> str | None:

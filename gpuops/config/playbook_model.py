@@ -42,10 +42,23 @@ class Warmup:
 
 
 @dataclass(frozen=True)
+class Torchrun:
+    """launch.torchrun: how torchrun starts the job on every node (docs/torchrun.md)."""
+
+    nproc_per_node: int = 1
+    port: int = 29400  # the c10d rendezvous port on node 0 (torchrun's default)
+    collective_timeout: float | None = None  # seconds; exported as GPUOPS_COLLECTIVE_TIMEOUT for init_process_group
+    async_error_handling: bool = True  # TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the playbook's env sets it
+
+
+@dataclass(frozen=True)
 class Launch:
     session: str
     command: str
     compile_guard: bool = False  # warmup and training run under gpuops' compile guard (docs/compile-guard.md)
+    nodes: tuple[str, ...] = ()  # one job over these targets, node 0 first (docs/torchrun.md)
+    torchrun: Torchrun | None = None  # set exactly when nodes is
+    node_marks: tuple[Mark, ...] = field(default=(), compare=False)  # where each node is written
 
 
 @dataclass(frozen=True)

@@ -96,14 +96,6 @@ def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Option
         return None
 
 
-def set_aside(d: str, name: str, aside: str) -> None:
-    """Keep a record under another name, where it would say something untrue (no record: nothing to do)."""
-    try:
-        os.replace(os.path.join(d, name), os.path.join(d, aside))
-    except OSError:
-        pass
-
-
 def drain(gpus: List[int], max_mib: int, timeout: float = DRAIN_TIMEOUT,
           beat: Optional[Callable[[], None]] = None) -> List[Dict[str, Any]]:
     """Wait until the run's GPUs are back under the idle threshold (or the timeout); their state then.

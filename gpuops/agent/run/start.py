@@ -70,6 +70,12 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
 def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
+    if (watchfile.read(d) or {}).get("job"):  # a node of a torchrun job: a fresh rendezvous per attempt
+        from .attempt import current
+        from ..wire.jobwire import rdzv_id
+
+        with open(os.path.join(d, p.RDZV_ID), "w") as fh:
+            fh.write(rdzv_id(run_id, int(current(d)["attempt"])) + "\n")
     started = tmux.new_detached(session, d, ["exec", "bash", os.path.join(SH, "run.sh"), run_id, sys.executable,
                                              *attempt_args(d)], window=run_id)
     if started.returncode == 0:

@@ -8,8 +8,17 @@ set -u
 case "${1:-}" in ""|*[!0-9a-z-]*) echo "kill_marked.sh: not a run id: ${1:-}" >&2; exit 2;; esac
 M="GPUOPS_RUN_ID=$1"
 steps=$(( ${2:-3} * 20 ))
+MD="GPUOPS_RUN_DIR=$HOME/.gpuops/runs/$1"
+# A process marked with the run id but another run directory is another home's run of the same id: a
+# node of the same torchrun job in another container on this kernel (one PID namespace, as the test
+# bench's containers share): never this run's.
 marked() {
-  grep -lzxF -- "$M" /proc/[0-9]*/environ 2>/dev/null | sed -e "s,/proc/,," -e "s,/environ,," | grep -vx "$$"
+  local f
+  grep -lzxF -- "$M" /proc/[0-9]*/environ 2>/dev/null | while IFS= read -r f; do
+    if grep -qzF -- "GPUOPS_RUN_DIR=" "$f" 2>/dev/null && ! grep -qzxF -- "$MD" "$f" 2>/dev/null; then continue; fi
+    f=${f#/proc/}; f=${f%/environ}
+    [ "$f" != "$$" ] && echo "$f"
+  done
 }
 # below PIDS...: every live process under them, from one pass over /proc/*/stat (field 4 is the parent).
 below() {

@@ -29,6 +29,8 @@ if [ "$GPUOPS_ATTEMPT" != 1 ]; then
   export GPUOPS_RESTART_AFTER="${5:-}"
   [ -f "$D/restart-command" ] && command="$D/restart-command"
 fi
+# A node of a torchrun job: this attempt's rendezvous id (its command passes --rdzv-id "$GPUOPS_RDZV_ID").
+if [ -f "$D/rdzv-id" ]; then GPUOPS_RDZV_ID="$(cat "$D/rdzv-id")"; export GPUOPS_RDZV_ID; fi
 # Trapped (not ignored) signals: the command gets them with default handling, and this script
 # survives to record the exit code.
 trap 'true' INT TERM HUP QUIT

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import BinaryIO, Optional, Tuple
+from typing import Any, BinaryIO, Optional, Tuple
 
 from ..wire import protocol as p
 from ..system.procs import marked
@@ -160,3 +160,18 @@ class LogFile:
         self.offset, self.tail = 0, b""
         if self.fh is not None:
             self.fh.seek(0)
+
+
+def last_line(d: str, masker: Any) -> Optional[str]:
+    """The log's last non-blank line, masked then cut: why a stalled run stalled, at a glance."""
+    try:
+        with open(os.path.join(d, p.LOG), "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+            tail = fh.read()
+    except OSError:
+        return None
+    for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
+        text = raw.decode("utf-8", "replace").strip()
+        if text:
+            return masker.cut(text, 300, keep_end=True)
+    return None

@@ -21,19 +21,20 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..wire import protocol as p
 from ..run import restart as restarts
 from ..wire import watchfile
-from ..run.abort import claim, claimer_dead, finish_orphan, reap, set_aside, stop_run
-from .logfile import LogFile
+from ..run.abort import claim, claimer_dead, finish_orphan, reap, stop_run
+from .logfile import LogFile, last_line
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
 from ..detect.quiet_failures import Quiet
 from ..wire.records import read_json
-from ..run.prepare import append_event
+from ..run.prepare import append_event, set_aside
 from ..signatures.rules import advice
 from .stall import StallClock
 from ..system.filewatch import Waker
 from .ruleset import build_matcher, stall_config
 from .heartbeat import EventLog, Pulse, _write_state
 from ..notify.outbox import Notifier
+from .joblink import JobLink
 
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.
@@ -85,6 +86,7 @@ class Watchdog:
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
         self.over = False  # the attempt ended: finish() runs
+        self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
@@ -196,6 +198,7 @@ class Watchdog:
         self.events.write("abort_start", reason=reason, rule=why.get("rule"))
 
         def sequence() -> None:
+            self.link.publish(reason, settle=True, **why)  # the other nodes of a torchrun job learn it first
             result = stop_run(self.d, self.cfg)
             self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
 
@@ -207,6 +210,7 @@ class Watchdog:
         if self.status == "watching":
             self.status = "aborting"
             self.claimed_by = str(record.get("by") or "?")
+            self.link.publish(str(record.get("reason")), by=self.claimed_by, rule=record.get("rule"))
             self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by,
                               rule=record.get("rule"))
 
@@ -237,21 +241,7 @@ class Watchdog:
         if not self.stall_said:
             self.stall_said = True
             self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(), **missing)
-        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=self.last_line(), **missing)
-
-    def last_line(self) -> Optional[str]:
-        """The log's last non-blank line, masked then cut: why a stalled run stalled, at a glance."""
-        try:
-            with open(os.path.join(self.d, p.LOG), "rb") as fh:
-                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
-                tail = fh.read()
-        except OSError:
-            return None
-        for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
-            text = raw.decode("utf-8", "replace").strip()
-            if text:
-                return self.masker.cut(text, 300, keep_end=True)
-        return None
+        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=last_line(self.d, self.masker), **missing)
 
     # -- the end ------------------------------------------------------------------------------
     def ended(self, now: float) -> bool:
@@ -268,6 +258,7 @@ class Watchdog:
     def finish(self) -> None:
         """Reap what is left (a worker can outlive its session and keep writing), drain the log,
         settle a match the run outlived, record the end."""
+        self.link.at_end()
         self.over = True
         self.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
@@ -289,6 +280,7 @@ class Watchdog:
         self.waker.close()
         self.live.close()
         after = restarts.due(self.d, self.cfg)
+        self.link.close(store_gone=after is not None)
         try:
             self.quiet.finish()
         except Exception as exc:  # the run is over either way; its profile is a convenience
@@ -363,7 +355,8 @@ class Watchdog:
                 self.finish()
                 return 0
             if at_end:
-                ready = self.waker.wait(self.wait_for(), self.quiet.fds() + self.live.fds(), self.live.hangups())
+                fds = self.quiet.fds() + self.live.fds() + self.link.fds()
+                ready = self.waker.wait(self.wait_for(), fds, self.live.hangups())
                 self.live.saw(ready)
             else:
                 ready = []

@@ -76,6 +76,12 @@ COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pi
 STACKS = "stacks"  # stacks/<pid>.txt: the threads' stacks of each Python process of the training, taken before an abort
 WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; its mtime is when the warmup last spoke)
 
+# -- one node of a torchrun job (launch.nodes; docs/torchrun.md) --------------------------------
+RDZV_ID = "rdzv-id"  # this attempt's torchrun --rdzv-id (run.sh exports it as GPUOPS_RDZV_ID)
+JOB_END = "job-end.json"  # the job's end as this node learned it from the rendezvous store (signed, verified)
+JOB_LINK_LOG = "job-link.err"  # the job link's own stderr (agent/run/jobstore.py)
+JOB_ABORT = "job"  # abort.json reason: another node ended the job; first_node, first_reason, rule say how
+
 # -- attempts: a run the watchdog restarts (playbook `restart:`) -------------------------------
 # The top-level records are always the current attempt's; when the watchdog restarts training it
 # first moves the ended attempt's records into attempts/<n>/ (n from 1), so every reader of the
@@ -83,8 +89,8 @@ WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; i
 ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard, until, started}; absent: attempt 1
 ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
 #: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
-ATTEMPT_RECORDS = (LOG, EXIT_CODE, EXIT_CODE_REAPED, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES, SAMPLES_COARSE,
-                   CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS)
+ATTEMPT_RECORDS = (LOG, EXIT_CODE, EXIT_CODE_REAPED, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES,
+                   SAMPLES_COARSE, CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS, JOB_END)
 #: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
 #: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
 ATTEMPT_WAITING, ATTEMPT_STARTING, ATTEMPT_RUNNING, ATTEMPT_STOPPED = "waiting", "starting", "running", "stopped"

@@ -50,6 +50,11 @@ def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool)
     exists but does not hold a number still means the command ended: failed.
     """
     if abort is not None:
+        if abort.get("reason") == p.JOB_ABORT:  # ended because another node ended the job: that node's cause
+            first = str(abort.get("first_reason"))
+            if first == p.RESTART_FAILED:
+                return RunState.FAILED, p.EXIT_FAILED
+            return _ABORT_OUTCOMES.get(first, (RunState.ABORTED, p.EXIT_ABORTED))
         return _ABORT_OUTCOMES.get(str(abort.get("reason")), (RunState.ABORTED, p.EXIT_ABORTED))
     if exit_code_text is not None:
         if command_exit_code(exit_code_text) == 0:

@@ -57,14 +57,15 @@ def compose(*, run: str, playbook: str, session: str, gpus: List[int], max_memor
             stall: Dict[str, Any], sample_interval: float, throughput: Optional[Dict[str, Any]],
             gpu_memory: Optional[Dict[str, Any]], compile_after_warmup: Optional[Dict[str, Any]], recompiles: bool,
             env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]], stacks: str,
-            notify: List[Dict[str, Any]]) -> Dict[str, Any]:
+            notify: List[Dict[str, Any]], job: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The record, every key named (a key added on one side and not the other fails here, not on a target)."""
     return {"schema_version": p.SCHEMA_VERSION, "run": run, "playbook": playbook, "session": session, "gpus": gpus,
             "max_memory_used_mib": max_memory_used_mib, "abort": abort, "builtin": builtin,
             "builtin_rules": builtin_rules, "rules": rules, "stall": stall, "sample_interval": sample_interval,
             "throughput": throughput, "gpu_memory": gpu_memory, "compile_after_warmup": compile_after_warmup,
             "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart, "stacks": stacks,
-            "notify": notify}
+            "notify": notify,
+            **({"job": job} if job else {})}  # one node of a torchrun job (docs/torchrun.md)
 
 
 def write(d: str, cfg: Dict[str, Any]) -> None:

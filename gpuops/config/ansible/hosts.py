@@ -39,9 +39,11 @@ class HostBuilder:
         ctid_var = first_set(v, "gpuops_ctid", "proxmox_vmid")
         ctid = ctid_var.integer(s.CTID_MIN, s.CTID_MAX, "a container id") if ctid_var else None
         gpus_var = first_set(v, "gpuops_gpus")
+        rdzv_var = first_set(v, "gpuops_rdzv_address")
+        rdzv = rdzv_var.text("an address the other nodes reach this target by") if rdzv_var else None
         user, method = become_of(v)
         return Target(name=name, host=host, ctid=ctid, gpus=gpus_var.gpus() if gpus_var else (), mark=mark,
-                      become_user=user, become_method=method)  # type: ignore[arg-type]
+                      become_user=user, become_method=method, rdzv_address=rdzv)  # type: ignore[arg-type]
 
     def host_of(self, name: str) -> str | None:
         """The gpuops host Ansible host `name` is reached through (its jump hosts built first)."""

@@ -1,0 +1,178 @@
+"""A watchdog's side of a torchrun job (watch.json `job`): tell the other nodes this node ended, and end
+this node when another did, also with nobody attached.
+
+torchrun ends the other nodes by itself when node 0's agent goes (its rendezvous store goes with it)
+or when a worker's collective fails against a dead peer; it does not when a node's process lives on
+after a fatal line (the FX race), or when the others wait in a collective longer than its timeout.
+So each node's watchdog sets the job's end in torchrun's own store the moment it decides (first
+writer wins: the job's cause) and waits on it; the link process (run/jobstore.py) does the store
+I/O with the training's torch. Without a job the link does nothing and costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from .. import SH
+from ..wire import jobwire
+from ..wire import protocol as p
+from ..wire.records import command_exit_code, read_text, write_json_atomic
+
+#: How long an abort waits for the store to take this node's end before it signals (node 0's store dies with it).
+SETTLE = 1.0
+#: How long a node whose training exited non-zero waits for the first failing node's end.
+FAILED_WAIT = 3.0
+#: How long a node (not node 0) waits, before its restart, for node 0's old store to go (its abort's grace and more).
+STORE_GONE_WAIT = 120.0
+#: gpuops exit codes by how the first node ended (the job's code).
+_CODES = {"match": p.EXIT_ABORTED, "stall": p.EXIT_STALLED, p.RESTART_FAILED: p.EXIT_FAILED}
+
+
+class JobLink:
+    def __init__(self, wd: Any) -> None:
+        self.wd = wd
+        self.job: Dict[str, Any] = wd.cfg.get("job") or {}
+        self.proc: Optional[subprocess.Popen] = None
+        self.buf = b""
+        self.end: Optional[Dict[str, Any]] = None  # the job's end, as the store has it
+        self.ended = threading.Event()
+        self.published = False
+        self.started = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.job)
+
+    def start(self) -> None:
+        if not self.active or self.proc is not None:
+            return
+        err = open(os.path.join(self.wd.d, p.JOB_LINK_LOG), "ab")
+        try:
+            self.proc = subprocess.Popen(["bash", os.path.join(SH, "job_store.sh"), self.wd.run_id], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
+        finally:
+            err.close()
+        os.set_blocking(self.proc.stdout.fileno(), False)
+
+    def fds(self) -> List[int]:
+        """What the watchdog's wait also waits on; asked before each wait, it starts the link on the first
+        and reads what the link said since the last (so a message wakes the wait, and is acted on after it)."""
+        if not self.started:
+            self.started = True
+            self.start()
+        self.pump()
+        return self.links()
+
+    def links(self) -> List[int]:
+        return [self.proc.stdout.fileno()] if self.proc is not None and self.proc.stdout is not None else []
+
+    def pump(self) -> None:
+        """Read what the link said (never blocks)."""
+        if self.proc is None or self.proc.stdout is None:
+            return
+        try:
+            data = os.read(self.proc.stdout.fileno(), 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.proc.stdout.close()
+            self.proc.stdout = None
+            return
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for raw in lines:
+            msg = jobwire.parse(raw)
+            if msg is not None:
+                self.on_message(msg)
+
+    def on_message(self, msg: Dict[str, Any]) -> None:
+        kind = msg["kind"]
+        if kind == "end" and self.end is None:
+            self.end = dict(msg.get("record") or {})
+            write_json_atomic(os.path.join(self.wd.d, p.JOB_END), self.end)
+            self.ended.set()
+            if self.end.get("node") != self.job.get("node_name"):
+                self.wd.events.write("job_abort", **_said(self.end))
+                self.wd.abort(p.JOB_ABORT, **_said(self.end))
+        elif kind in ("connected", "lost", "forged"):
+            words = {"connected": "connected to the job's rendezvous store (%s)" % msg.get("key")}
+            self.wd.events.write("job_link", state=kind, message=words.get(kind) or str(msg.get("why")))
+
+    def publish(self, reason: str, settle: bool = False, **why: Any) -> None:
+        """This node ended the job (its own abort, a stop, its training failing): the store's first writer wins."""
+        if not self.active or self.published or reason == p.JOB_ABORT or self.proc is None:
+            return
+        self.published = True
+        record = {"node": self.job.get("node_name"), "node_rank": self.job.get("node_rank"), "reason": reason,
+                  "rule": why.get("rule") if reason == "match" else reason, "by": why.get("by", "watchdog"),
+                  "excerpt": (why.get("excerpt") or "")[-2000:] or None, "exit_code": _CODES.get(reason),
+                  "time": round(time.time(), 3), "attempt": self.wd.attempt["attempt"]}
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(jobwire.line("publish", record=record))
+            self.proc.stdin.flush()
+        except (OSError, ValueError, AssertionError):
+            return
+        if settle:
+            self.settle()
+
+    def settle(self, seconds: float = SETTLE) -> None:
+        """Give the store a moment to take this node's end before this node's torchrun (maybe the store's host) is stopped."""
+        if self.published:
+            self.ended.wait(seconds)
+
+    def at_end(self) -> None:
+        """The training ended with no abort: a failure ends the job; wait for the first failing node's word."""
+        if not self.active or os.path.exists(os.path.join(self.wd.d, p.ABORT)):
+            return
+        code = command_exit_code(read_text(os.path.join(self.wd.d, p.EXIT_CODE)))
+        if code in (None, 0):
+            return
+        self.publish(p.RESTART_FAILED)
+        deadline = time.monotonic() + FAILED_WAIT
+        while self.end is None and time.monotonic() < deadline and self.links():
+            time.sleep(0.05)
+            self.pump()
+
+    def close(self, store_gone: bool = False) -> None:
+        """End the link; `store_gone` (a restart follows): first wait until this attempt's store is gone, so
+        the next attempt never joins the old rendezvous while node 0's old torchrun still hosts it."""
+        if self.proc is None:
+            return
+        if store_gone and self.job.get("node_rank") != 0:
+            deadline = time.monotonic() + STORE_GONE_WAIT
+            while self.links() and time.monotonic() < deadline:
+                time.sleep(0.05)
+                self.pump()
+                if int(time.monotonic() * 20) % 20 == 0:
+                    self.wd.pulse.beat()  # alive to its supervisor while it waits (about once a second)
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.proc = None
+
+
+def _said(end: Dict[str, Any]) -> Dict[str, Any]:
+    """abort.json's fields for a node ended by the job: who ended it first, how, and the rule to restart after."""
+    return {"first_node": end.get("node"), "first_rank": end.get("node_rank"), "first_reason": end.get("reason"),
+            "first_by": end.get("by"), "rule": end.get("rule") if end.get("by") not in ("stop", "timeout") else None,
+            "excerpt": end.get("excerpt"), "exit_code": end.get("exit_code")}

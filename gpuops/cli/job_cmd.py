@@ -1,0 +1,138 @@
+"""`gpuops launch` of a playbook with `launch.nodes`: one job over its nodes (client/nodes_launch.py), then each
+node followed as a target is (lines prefixed with the node), and the job's one summary: the first failing node's."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+from gpuops.cli.fanout import Fanout
+from gpuops.cli.run_flow import renderer
+from gpuops.errors import ExitCode, GpuopsError
+from gpuops.client.events import Outcome
+
+
+def is_job(jobs: list[Any]) -> bool:
+    """These jobs are the nodes of one torchrun job (the playbook's launch.nodes, no -t)."""
+    return bool(jobs) and bool(jobs[0].playbook.launch.nodes) and \
+        [j.target.name for j in jobs] == list(jobs[0].playbook.launch.nodes)
+
+
+def run_job(jobs: list[Any], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any) -> int:
+    """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
+    import time
+
+    from gpuops.client.nodes import check_nodes
+    from gpuops.client.nodes_launch import launch_job
+
+    check_nodes(jobs)
+    deadline = time.monotonic() + timeout if timeout else None
+    render = renderer(as_json, verbose, multi=True)
+    first = jobs[0].target.name
+    nodes: list[Any] = []
+    try:
+        gen = launch_job(jobs, detach=detach, timeout=timeout)
+        for item in gen:
+            if isinstance(item, Outcome):
+                if detach:
+                    render.outcome(item, first)
+                    return item.exit_code
+                break
+            render.event(item)
+        nodes = _node_jobs(jobs, item)
+    except GpuopsError as exc:
+        from gpuops.cli.options import error_outcome
+
+        exc.target = getattr(exc, "target", None) or first
+        if as_json:
+            render.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), exc.target)
+            if render.held is not None:
+                render.release(lambda obj: 0)
+            return exc.exit_code
+        raise
+    left = None if deadline is None else max(1.0, deadline - time.monotonic())
+    return follow_job(nodes, item.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
+
+
+def _node_jobs(jobs: list[Any], started: Outcome) -> list[Any]:
+    """The nodes' jobs as the launch made them (each knows its place in the job) from the launch's records."""
+    from gpuops.client.nodes import Node
+
+    names = tuple(started.data["nodes"])
+    run = started.data["run"]
+    return [_with_node(j, Node(rank, names, run, "")) for rank, j in enumerate(jobs)]
+
+
+def _with_node(job: Any, node: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(job, node=node)
+
+
+def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_json: bool, verbose: bool,
+               timeout: float | None) -> int:
+    """Every node followed at once (each in a worker, as several targets are), then the job's summary."""
+    import time
+
+    from gpuops.client.nodes_launch import node_ends
+    from gpuops.client.nodes import job_outcome
+
+    deadline = time.monotonic() + timeout if timeout else None
+    work = functools.partial(_follow_one, run_id=run_id, deadline=deadline)
+    fan = Fanout(nodes, lambda job: report.wrap(render, job), render, report, as_json=as_json, sum_up=False)
+    fan.run(work)
+    out = job_outcome(run_id, node_ends(nodes, run_id))
+    if verbose:
+        conns, cmds = fan.cost()
+        sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
+    target = out.data.get("first_failing_node") or nodes[0].target.name
+    if as_json:
+        render.release(lambda obj: 0)
+        render.outcome(out, target)  # the last line: the job's summary
+    else:
+        render.say(("gpuops: " if out.exit_code == 0 else f"gpuops: {out.outcome.upper()} (exit {out.exit_code}): ")
+                   + out.message)
+    for job in nodes:
+        job.transport.close()
+    return out.exit_code
+
+
+def _follow_one(job: Any, render: Any, *, run_id: str, deadline: float | None) -> int:
+    from gpuops.cli.run_flow import drive
+    from gpuops.client.viewer import watch
+
+    state: dict[str, Any] = {"started": True, "run": run_id}
+    try:
+        return drive(watch(job, run_id, deadline=deadline), render, job.target.name, state)
+    except KeyboardInterrupt:
+        render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED, f"stopped following node {job.target.name}; the job "
+                               "goes on, guarded by each node's watchdog (`gpuops stop -p PLAYBOOK` stops every node)",
+                               {"run": run_id, "run_alive": True}), job.target.name)
+        return ExitCode.INTERRUPTED
+    finally:
+        job.transport.close()
+
+
+def dry_run_job(jobs: list[Any], out: Any) -> None:
+    """Each node's torchrun command, then every command of each node's launch."""
+    from gpuops.cli.launch_cmd import _dry_run_one
+    from gpuops.client.nodes import ADDRESS_PROBE, check_nodes, endpoint, node_jobs
+
+    check_nodes(jobs)
+    rdzv, how = endpoint(jobs, dry=True)
+    nodes = node_jobs(jobs, "<run-id>", rdzv, key="")
+    if out is None:
+        print(f"# gpuops launch --dry-run: job over {len(nodes)} nodes ({', '.join(j.target.name for j in nodes)}); "
+              f"rendezvous endpoint {rdzv} (from {how})")
+        if how.startswith("`hostname"):
+            print(f"# node 0's address, asked of {jobs[0].target.name} at launch:")
+            print(jobs[0].transport.wrap(ADDRESS_PROBE).render(display=True, mask=jobs[0].mask))
+        print("# --rdzv-id is $GPUOPS_RDZV_ID: the run id on attempt 1, <run-id>-a<N> on attempt N (a fresh rendezvous)")
+        for job in nodes:
+            print(f"# node {job.node.rank} ({job.target.name}) runs in tmux session '{job.session}':")
+            print(job.mask(job.playbook.launch.command))
+    for job in nodes:
+        if out is None:
+            print()
+        _dry_run_one(job, out)

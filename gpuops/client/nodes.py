@@ -1,0 +1,231 @@
+"""One training job over several targets (playbook `launch.nodes`), started by torchrun on each node.
+
+The job is one run id on every node. Preflight runs on every node before anything starts (one
+fails: none starts); warmup per node, nodes side by side unless two share a host (their GPUs are
+one machine's: they take turns); then every node starts its watchdog and `torchrun --nnodes N
+--node-rank R ...` in its tmux session. What ends the job everywhere is on the targets (the
+engine's rendezvous and each node's watchdog, docs/torchrun.md); this module plans and starts it,
+and reads the nodes' records back into the job's one outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import secrets
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from gpuops.command import Cmd, Raw
+from gpuops.config.playbook_model import EnvVar, Playbook
+from gpuops.errors import ConfigError, ExitCode, GpuopsError, RemoteError
+from gpuops.client.events import Event, Outcome
+from gpuops.client.job import Job
+
+#: What a node's command reads for its rendezvous id: the run id on attempt 1, <run>-a<N> on attempt N.
+RDZV_ID_VAR = "GPUOPS_RDZV_ID"
+ASYNC_ERRORS = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+COLLECTIVE_TIMEOUT = "GPUOPS_COLLECTIVE_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the job, as its run directory records it (meta.json `job`, watch.json `job`)."""
+
+    rank: int
+    nodes: tuple[str, ...]
+    job_id: str
+    endpoint: str  # node 0's address:port, as the other nodes reach it
+    key: str = dataclasses.field(default="", repr=False)  # signs the job's end record (per run, never shown)
+
+    def meta(self) -> dict[str, Any]:
+        return {"id": self.job_id, "node_rank": self.rank, "nodes": list(self.nodes), "endpoint": self.endpoint}
+
+    def watch(self) -> dict[str, Any]:
+        return {**self.meta(), "node_name": self.nodes[self.rank], "key": self.key}
+
+
+def check_nodes(jobs: list[Job]) -> None:
+    """Every node is a target of the inventory (a ConfigError at the playbook's line, exit 2)."""
+    if not jobs:
+        return
+    pb, inv = jobs[0].playbook, jobs[0].inventory
+    for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes)):
+        if name not in inv.targets:
+            from gpuops.config.schema import suggest
+
+            raise ConfigError(mark, f"launch.nodes names '{name}', which is not a target of {inv.path} "
+                              f"(targets: {', '.join(inv.targets) or 'none'}){suggest(name, inv.targets)}", file=pb.path)
+
+
+def known_address(job: Job) -> str | None:
+    """Node 0's address as the other nodes reach it, when the inventory says it; None: ask the target."""
+    if job.target.rdzv_address:
+        return job.target.rdzv_address
+    host = job.inventory.hosts[job.target.host]
+    if job.target.ctid is not None:
+        return None  # a container's own address is not the Proxmox host's: discovered at launch
+    if host.transport == "local":
+        return "127.0.0.1"
+    return host.address or host.name
+
+
+#: How node 0's address is found when the inventory does not say (a container): its first address.
+ADDRESS_PROBE = Cmd("hostname", "-I")
+
+
+def discover_address(job: Job) -> str:
+    result = job.transport.run(ADDRESS_PROBE, timeout=job.timeout)
+    words = result.out.split()
+    if result.exit_code != 0 or not words:
+        raise RemoteError(f"{job.target.name}: cannot find node 0's address (`hostname -I` exit {result.exit_code}: "
+                          f"{(result.err or result.out).strip()[-200:] or 'no address'})",
+                          hint=f"set rdzv_address for target '{job.target.name}' in the inventory")
+    return words[0]
+
+
+def endpoint(jobs: list[Job], *, dry: bool = False) -> tuple[str, str]:
+    """(node 0's address:port, how it was found)."""
+    spec = jobs[0].playbook.launch.torchrun
+    assert spec is not None
+    address = known_address(jobs[0])
+    how = "rdzv_address" if jobs[0].target.rdzv_address else "the inventory"
+    if address is None:
+        address = f"<first address of `hostname -I` on {jobs[0].target.name}>" if dry else discover_address(jobs[0])
+        how = f"`hostname -I` on {jobs[0].target.name}"
+    shown = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"{shown}:{spec.port}", how
+
+
+def torchrun_command(pb: Playbook, rank: int, nnodes: int, rdzv_endpoint: str) -> str:
+    """The node's training command: torchrun's arguments quoted, then the playbook's command as written."""
+    spec = pb.launch.torchrun
+    assert spec is not None
+    head = Cmd("torchrun", "--nnodes", str(nnodes), "--node-rank", str(rank), "--nproc-per-node", str(spec.nproc_per_node),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", Raw(f'"${RDZV_ID_VAR}"'))
+    return head.render() + " " + pb.launch.command
+
+
+def node_env(pb: Playbook) -> tuple[EnvVar, ...]:
+    """The playbook's env, plus NCCL's async error handling unless the env sets it, plus the collective timeout."""
+    spec = pb.launch.torchrun
+    assert spec is not None
+    names = {v.name for v in pb.env}
+    extra = []
+    if spec.async_error_handling and ASYNC_ERRORS not in names:
+        extra.append(EnvVar(ASYNC_ERRORS, "1"))
+    if spec.collective_timeout is not None and COLLECTIVE_TIMEOUT not in names:
+        extra.append(EnvVar(COLLECTIVE_TIMEOUT, f"{spec.collective_timeout:g}"))
+    return tuple(pb.env) + tuple(extra)
+
+
+def node_jobs(jobs: list[Job], run_id: str, rdzv_endpoint: str, key: str | None = None) -> list[Job]:
+    """Each node's job: the playbook with that node's torchrun command and env, and the node's place in the job."""
+    key = key if key is not None else secrets.token_hex(16)
+    names = tuple(j.target.name for j in jobs)
+    out = []
+    for rank, job in enumerate(jobs):
+        pb = job.playbook
+        launch = dataclasses.replace(pb.launch, command=torchrun_command(pb, rank, len(jobs), rdzv_endpoint))
+        mine = dataclasses.replace(pb, launch=launch, env=node_env(pb))
+        out.append(dataclasses.replace(job, playbook=mine, node=Node(rank, names, run_id, rdzv_endpoint, key)))
+    return out
+
+
+def turns(jobs: list[Job]) -> list[list[Job]]:
+    """Nodes grouped by the machine their GPUs are on (the host): groups warm up side by side, a group's
+    nodes one after another."""
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.target.host, []).append(job)
+    return list(groups.values())
+
+
+def side_by_side(groups: list[Any], work: Callable[[Any], Iterator[Event]]) -> Iterator[Event]:
+    """Run `work(group)` for each group in a thread of its own and yield every event as it comes; the first
+    error is raised once all have ended."""
+    q: queue.Queue[Any] = queue.Queue()
+    errors: list[BaseException] = []
+
+    def one(group: Any) -> None:
+        try:
+            for ev in work(group):
+                q.put(ev)
+        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+            errors.append(exc)
+        finally:
+            q.put(None)
+
+    threads = [threading.Thread(target=one, args=(g,), daemon=True, name="gpuops-node") for g in groups]
+    for t in threads:
+        t.start()
+    left = len(threads)
+    while left:
+        item = q.get()
+        if item is None:
+            left -= 1
+        else:
+            yield item
+    if errors:
+        raise next((e for e in errors if not isinstance(e, GpuopsError)), errors[0])
+
+
+def each(jobs: list[Job], fn: Callable[[Job], Any]) -> list[Any]:
+    """fn(job) for every node at once; the results in node order (an exception stands as the result)."""
+    out: list[Any] = [None] * len(jobs)
+
+    def one(i: int) -> None:
+        try:
+            out[i] = fn(jobs[i])
+        except BaseException as exc:  # noqa: BLE001 - returned, the caller decides
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+# -- the job's one outcome, from its nodes' records ---------------------------------------------------------
+@dataclass
+class NodeEnd:
+    name: str
+    rank: int
+    outcome: str
+    exit_code: int | None
+    abort: dict[str, Any] | None
+
+
+def first_failing(ends: list[NodeEnd]) -> NodeEnd | None:
+    """The node whose failure ended the job: the one the others' job-abort records name, else the earliest
+    abort, else the first node (by rank) that failed; None when every node succeeded."""
+    by_name = {e.name: e for e in ends}
+    for e in ends:
+        named = (e.abort or {}).get("first_node") if (e.abort or {}).get("reason") == "job" else None
+        if named in by_name:
+            return by_name[named]
+    own = [e for e in ends if e.abort is not None and e.abort.get("reason") != "job"]
+    if own:
+        return min(own, key=lambda e: str(e.abort.get("time") or ""))
+    failed = [e for e in ends if e.exit_code not in (None, ExitCode.OK)]
+    return failed[0] if failed else None
+
+
+def job_outcome(run_id: str, ends: list[NodeEnd]) -> Outcome:
+    """The job's summary: the first failing node's code, and that node named."""
+    first = first_failing(ends)
+    nodes = [{"node": e.name, "node_rank": e.rank, "outcome": e.outcome, "exit_code": e.exit_code} for e in ends]
+    data = {"run": run_id, "job": run_id, "nodes": nodes}
+    each_said = ", ".join(f"{e.name} {e.outcome} (exit {e.exit_code})" for e in ends)
+    if first is None:
+        return Outcome("succeeded", ExitCode.OK, f"job {run_id}: every node succeeded: {each_said}", data)
+    code = first.exit_code if first.exit_code is not None else ExitCode.TRAINING_FAILED
+    rule = (first.abort or {}).get("rule")
+    why = f" ({rule})" if rule else ""
+    data.update({"first_failing_node": first.name, "node_rank": first.rank,
+                 **({"rule": rule, "excerpt": (first.abort or {}).get("excerpt")} if rule else {})})
+    return Outcome(first.outcome, code, f"job {run_id} ended by node {first.name} (rank {first.rank}): "
+                   f"{first.outcome}{why}; {each_said}", data)

@@ -1,0 +1,136 @@
+"""One torchrun job over CT 200 (node 0) and CT 201 (node 1) behind the real sshd, with real tmux, the torchrun
+stand-in and the stand-in torch's TCPStore: ranks, one run id, one node's fatal line ending both nodes with
+nobody attached (the job's cause on each), a restart of both together on a fresh rendezvous, and preflight
+on every node before anything starts."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from bench import FakeProxmox, SshServer, write_inventory
+from bench.cli import gpuops
+from bench.waiting import wait_until
+
+SESSION = "job"
+STANDINS = Path(__file__).resolve().parent / "standins"
+WORKER = '''import os, sys
+mode = os.environ.get("MODE", "steps")
+if os.environ.get("TORCHELASTIC_RUN_ID", "").endswith("-a2"):
+    mode = "steps"  # the restarted attempt trains to the end on every node
+print("rank %s of %s group %s rdzv %s restart %s" % (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["GROUP_RANK"],
+      os.environ["TORCHELASTIC_RUN_ID"], os.environ["TORCHELASTIC_RESTART_COUNT"]), flush=True)
+steps = sys.argv[1] if mode == "steps" else "3"  # the FX modes: a few steps, then the race
+os.execvp("fake-train", ["fake-train", "--mode", mode, "--gpus", "0", "--interval", "0.1", "--steps", steps,
+          "--slow-interval", "0.2"])
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    def __init__(self, fake: FakeProxmox, inventory: Path, playbook: Path, worker: Path) -> None:
+        self.fake, self.inventory, self.playbook, self.worker = fake, inventory, playbook, worker
+
+    def write(self, steps: int = 2000, **extra: Any) -> None:
+        data = {"name": "job-test", "env": {"PYTHONPATH": str(STANDINS)}, "preflight": {"gpus": [0]},
+                "launch": {"session": SESSION, "command": f"{self.worker} {steps}", "nodes": ["ct200", "ct201"],
+                           "torchrun": {"nproc_per_node": 1, "port": free_port()}},
+                "watch": {"stall_timeout": 0}, "abort": {"grace": 3}, **extra}
+        self.playbook.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def gpuops(self, command: str, *extra: str, timeout: float = 120) -> Any:
+        return gpuops(command, "-i", str(self.inventory), "-p", str(self.playbook), *extra, timeout=timeout)
+
+    def run_dir(self, vmid: int) -> Path:
+        run = (self.fake.home(vmid) / ".gpuops" / "sessions" / SESSION).read_text().strip()
+        return self.fake.home(vmid) / ".gpuops" / "runs" / run
+
+    def alive(self, vmid: int) -> bool:
+        return self.fake.tmux(vmid, "has-session", "-t", f"={SESSION}").returncode == 0
+
+    def record(self, vmid: int, name: str) -> dict[str, Any]:
+        return json.loads((self.run_dir(vmid) / name).read_text())
+
+
+@pytest.fixture
+def job(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterator[Job]:
+    fake_proxmox.set_env(200, MODE="steps")
+    fake_proxmox.add_container(201, env={"MODE": "fx-thread"})  # node 1 hits the FX race, and lives on
+    targets = {"ct201": {"host": "pve1", "ctid": 201, "gpus": list(range(8))}}
+    inventory = write_inventory(tmp_path / "inventory.yaml", sshd, extra_targets=targets)
+    data = yaml.safe_load(inventory.read_text())
+    data["targets"]["ct200"]["rdzv_address"] = "127.0.0.1"  # the bench's containers share this machine's loopback
+    inventory.write_text(yaml.safe_dump(data))
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    j = Job(fake_proxmox, inventory, tmp_path / "playbook.yaml", worker)
+    j.write()
+    yield j
+    for vmid in (200, 201):
+        if j.alive(vmid):
+            j.gpuops("stop")
+
+
+def test_one_nodes_fatal_line_ends_the_job_on_every_node_with_nobody_attached(job: Job) -> None:
+    started = job.gpuops("launch", "--detach", "--yes", "--json")
+    assert started.code == 0, started
+    run = started.events()[-1]["run"]
+    assert job.run_dir(200).name == job.run_dir(201).name == run  # one run id on every node
+    wait_until(lambda: not job.alive(200) and not job.alive(201), timeout=60, message="both nodes' sessions gone")
+    log0, log1 = (job.run_dir(v) / "log" for v in (200, 201))
+    import os
+    if os.environ.get("GPUOPS_MEASURE_NODES"):  # benchmarks: the fatal line to the last node's session gone
+        evs = [json.loads(x) for v in (200, 201) for x in (job.run_dir(v) / "events.jsonl").read_text().splitlines()]
+        line = min(e["ts"] for e in evs if e["event"] == "match")
+        gone = max(e.get("session_gone_at") or e["ts"] for e in evs if e["event"] == "aborted")
+        print("NODES-LATENCY", round(gone - line, 3))
+    assert f"rank 0 of 2 group 0 rdzv {run} restart 0" in log0.read_text()
+    assert f"rank 1 of 2 group 1 rdzv {run} restart 0" in log1.read_text()
+    own = wait_until(lambda: (job.run_dir(201) / "abort.json").exists() and job.record(201, "abort.json"))
+    assert own["rule"] == "fx-tracing-race" and own["by"] == "watchdog"
+    theirs = job.record(200, "abort.json")
+    assert theirs["reason"] == "job" and theirs["first_node"] == "ct201" and theirs["rule"] == "fx-tracing-race"
+    assert job.record(200, "job-end.json")["node"] == "ct201"  # what the store said, signed by node 1
+    meta = job.record(200, "meta.json")["job"]
+    assert meta == {"id": run, "node_rank": 0, "nodes": ["ct200", "ct201"], "endpoint": meta["endpoint"]}
+    follow = job.gpuops("logs", "-f", "--json")  # every node's log, then the job's code: node 1's
+    assert follow.code == 7, follow
+    assert {e["target"] for e in follow.events() if e["event"] == "log"} == {"ct200", "ct201"}
+
+
+def test_a_restart_restarts_every_node_together_on_a_fresh_rendezvous(job: Job) -> None:
+    job.write(steps=15, restart={"max": 1, "on": ["fx-tracing-race"], "delay": 1})
+    started = job.gpuops("launch", "--detach", "--yes")
+    assert started.code == 0, started
+    run = job.run_dir(200).name
+
+    def done(vmid: int) -> bool:
+        beat = job.run_dir(vmid) / "watchdog.json"
+        return beat.exists() and json.loads(beat.read_text()).get("state") == "done"
+
+    wait_until(lambda: done(200) and done(201), timeout=90, message="both nodes' watchdogs done")
+    for vmid, rank in ((200, 0), (201, 1)):
+        log = (job.run_dir(vmid) / "log").read_text()
+        assert f"rank {rank} of 2 group {rank} rdzv {run}-a2 " in log and "step 15/15" in log, log[-600:]
+        assert (job.run_dir(vmid) / "exit_code").read_text().strip() == "0"
+        assert (job.run_dir(vmid) / "attempts" / "1" / "abort.json").exists()  # attempt 1 ended by the job's rule
+    follow = job.gpuops("logs", "-f")  # the job's code: every node succeeded on attempt 2
+    assert follow.code == 0, follow
+
+
+def test_one_node_failing_preflight_starts_no_node(job: Job, fake_proxmox: FakeProxmox) -> None:
+    fake_proxmox.occupy_gpu(201, 0)
+    result = job.gpuops("launch", "--yes")
+    assert result.code == 4 and "ct201: GPU(s) 0 not idle" in result.err, result
+    assert not (fake_proxmox.home(200) / ".gpuops" / "sessions" / SESSION).exists()  # nothing made on node 0
+    assert not job.alive(200) and not job.alive(201)
