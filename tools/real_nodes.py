@@ -52,8 +52,7 @@ def main(argv: list[str]) -> int:
         path = container_path(work)
         env = {**passed_env(), "PATH": path}
         for vmid, gpu in ((200, "0"), (201, "1" if nccl else "0")):
-            if vmid != 200:
-                fake.add_container(vmid)
+            fake.add_container(vmid)
             fake.set_env(vmid, **env, CUDA_VISIBLE_DEVICES=gpu)
         targets = {"ct201": {"host": "pve1", "ctid": 201}}
         inv = write_inventory(work / "inventory.yaml", sshd, extra_targets=targets)
