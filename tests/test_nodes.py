@@ -58,7 +58,8 @@ def test_a_container_without_rdzv_address_is_asked_for_its_address_at_launch(tmp
     inv, pb = files(tmp_path, {"nodes": ["ct200", "bare"], "torchrun": {"port": 29400}})
     result = gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb))
     assert result.code == 0, result
-    assert "<first address of `hostname -I` on ct200>:29400" in result.text
+    assert "--rdzv-endpoint NODE0_ADDRESS:29400 " in result.text  # one shell word, said where it comes from
+    assert "# NODE0_ADDRESS: the first address this prints on ct200, asked at launch" in result.text
     assert "pct exec 200 -- hostname -I" in result.text
     inv, pb = files(tmp_path, {"nodes": ["bare", "ct200"], "torchrun": {}})
     lines = torchrun_lines(gpuops("launch", "--dry-run", "-i", str(inv), "-p", str(pb)).text)

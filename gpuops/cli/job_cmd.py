@@ -126,7 +126,8 @@ def dry_run_job(jobs: list[Any], out: Any) -> None:
         print(f"# gpuops launch --dry-run: job over {len(nodes)} nodes ({', '.join(j.target.name for j in nodes)}); "
               f"rendezvous endpoint {rdzv} (from {how})")
         if how.startswith("`hostname"):
-            print(f"# node 0's address, asked of {jobs[0].target.name} at launch:")
+            print(f"# NODE0_ADDRESS: the first address this prints on {jobs[0].target.name}, asked at launch "
+                  f"(or set rdzv_address for {jobs[0].target.name} in the inventory):")
             print(jobs[0].transport.wrap(ADDRESS_PROBE).render(display=True, mask=jobs[0].mask))
         print("# --rdzv-id is $GPUOPS_RDZV_ID: the run id on attempt 1, <run-id>-a<N> on attempt N (a fresh rendezvous)")
         for job in nodes:

@@ -85,6 +85,10 @@ def discover_address(job: Job) -> str:
     return words[0]
 
 
+#: What --dry-run shows for node 0's address while it is asked of node 0 only at launch: one shell word.
+DRY_ADDRESS = "NODE0_ADDRESS"
+
+
 def endpoint(jobs: list[Job], *, dry: bool = False) -> tuple[str, str]:
     """(node 0's address:port, how it was found)."""
     spec = jobs[0].playbook.launch.torchrun
@@ -92,7 +96,7 @@ def endpoint(jobs: list[Job], *, dry: bool = False) -> tuple[str, str]:
     address = known_address(jobs[0])
     how = "rdzv_address" if jobs[0].target.rdzv_address else "the inventory"
     if address is None:
-        address = f"<first address of `hostname -I` on {jobs[0].target.name}>" if dry else discover_address(jobs[0])
+        address = DRY_ADDRESS if dry else discover_address(jobs[0])
         how = f"`hostname -I` on {jobs[0].target.name}"
     shown = f"[{address}]" if ":" in address and not address.startswith("[") else address
     return f"{shown}:{spec.port}", how
