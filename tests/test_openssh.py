@@ -1,5 +1,5 @@
 """The user's own `ssh` carries gpuops' connections (transport/openssh.py): their ControlMaster, an IdentityAgent,
-a certificate, gpuops' own master reused by the next command, ssh's 255 told from the command's, a closed port
+a certificate, the user's ProxyCommand, gpuops' own master reused by the next command, ssh's 255 told from the command's, a closed port
 said at once, and UserKnownHostsFile / Include paths with spaces (issue 29 item 9).
 
 Real sshd on 127.0.0.1 (the bench); every ~/.ssh/config is the test's own (HOME rehomed), no ssh-agent of the
@@ -144,6 +144,19 @@ def test_a_key_held_only_by_an_identity_agent_connects(tmp_path: Path, sshd: Ssh
     result = gpuops("status", "-i", str(alias_inventory(tmp_path, sshd)), env=env_of(home))
     assert result.code == 0, result
     assert "ct200: reachable via pve1, container 200 running" in result.text
+
+
+def test_the_users_proxycommand_carries_the_connection(tmp_path: Path, sshd: SshServer,
+                                                       fake_proxmox: FakeProxmox) -> None:
+    # A ProxyCommand of the user's own (bash's /dev/tcp relay here; nc, cloudflared or a corporate proxy
+    # elsewhere) is what ssh runs, so it is what gpuops runs: the relay leaves its mark once per connection.
+    mark = tmp_path / "proxied"
+    relay = (f"bash -c 'echo %h:%p >>{mark}; exec 3<>/dev/tcp/127.0.0.1/%p; cat <&3 & exec cat >&3'")
+    home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", f"ProxyCommand {relay}"))
+    result = gpuops("status", "-i", str(alias_inventory(tmp_path, sshd)), env=env_of(home))
+    assert result.code == 0, result
+    assert "ct200: reachable via pve1, container 200 running" in result.text
+    assert mark.read_text().splitlines() == [f"{sshd.host}:{sshd.port}"]
 
 
 def test_an_identity_agent_socket_that_is_gone_is_named_at_once(tmp_path: Path, sshd: SshServer) -> None:
