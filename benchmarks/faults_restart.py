@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, List, Tuple
 
+import test_openssh
 import test_restart_faults as rf  # tests/ is on sys.path through benchkit
 from bench.faults import can_mount
 from faults_agent import on_bench
@@ -24,12 +25,25 @@ def stop_mid_restart(ct: Ct) -> str:
 
 def long_delay(ct: Ct) -> str:
     rf.test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watchdog(ct)
-    return "10 s delay (freeze limit 8 s): the same watchdog started attempt 2, no watchdog_restarted"
+    return "15 s delay (freeze limit 8 s): the same watchdog started attempt 2, no watchdog_restarted"
 
 
 def lease(ct: Ct) -> str:
     rf.test_another_playbooks_launch_on_the_gpus_of_a_run_between_attempts_is_refused(ct)
     return "another playbook's launch in the delay: exit 4 'between attempts'; it runs once the run ended"
+
+
+def drain_between(ct: Ct) -> str:
+    rf.test_an_attempt_that_crashed_is_followed_only_on_drained_gpus_and_a_foreign_holder_ends_the_run(ct)
+    return ("attempt 1 exited 3 leaving an unmarked worker on GPU 6, another job took GPU 5: the worker killed, "
+            "attempt 2 not started, 'GPU 5 held by pids [...]'")
+
+
+def known_hosts_space(ct: Ct) -> str:
+    case = ct.tmp / "known-hosts-case"
+    case.mkdir()
+    test_openssh.test_a_user_known_hosts_file_with_a_space_is_the_file_checked(case, ct.sshd, ct.fake)
+    return "UserKnownHostsFile \"my hosts/kh\" checked; a rotated key refused (exit 3), no stray file written"
 
 
 def ctrl_c_attempt_2(ct: Ct) -> str:
@@ -56,7 +70,9 @@ RESTART_FAULTS: List[Tuple[str, Callable[[], Result]]] = [
     ("29.1 stop while the watchdog files attempt 1 away", on_bench(stop_mid_restart)),
     ("29.2 a restart delay past the freeze limit", on_bench(long_delay)),
     ("29.3 another launch on the GPUs between attempts", on_bench(lease)),
+    ("29.4 an attempt's end leaves a GPU held", on_bench(drain_between)),
     ("29.5 Ctrl-C of a following launch in a healthy attempt 2", on_bench(ctrl_c_attempt_2)),
     ("29.5 restarted attempts that end within a second", on_bench(short_attempts)),
     ("29.6 the abort claim with 0 bytes free", full_disk_claim),
+    ("29.9 a UserKnownHostsFile with a space", on_bench(known_hosts_space)),
 ]
