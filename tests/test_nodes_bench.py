@@ -106,6 +106,23 @@ def test_one_nodes_fatal_line_ends_the_job_on_every_node_with_nobody_attached(jo
     follow = job.gpuops("logs", "-f", "--json")  # every node's log, then the job's code: node 1's
     assert follow.code == 7, follow
     assert {e["target"] for e in follow.events() if e["event"] == "log"} == {"ct200", "ct201"}
+    # status, runs and the report show the job with its nodes, and node 0 as stopped by node 1's rule
+    status = job.gpuops("status")
+    assert f"run {run} aborted, node 0 of 2 (ct200, ct201)" in status.text, status
+    assert "stopped with the job: node ct201 (rank 1) matched fx-tracing-race first" in status.text, status
+    assert "node 1 of 2 (ct200, ct201)" in status.text and "stopped by the watchdog" in status.text, status
+    rows = {r["target"]: r for r in job.gpuops("runs", "--json").events()}
+    assert rows["ct200"]["job"] == {"id": run, "node_rank": 0, "nodes": ["ct200", "ct201"], "ended_by_node": "ct201",
+                                    "ended_by_rank": 1}, rows
+    assert rows["ct201"]["job"]["node_rank"] == 1 and "ended_by_node" not in rows["ct201"]["job"], rows
+    assert f"{run} (node 0/2)" in job.gpuops("runs").text
+    page = job.playbook.with_name("report.html")
+    report = job.gpuops("report", "-o", str(page), "--json")
+    assert report.code == 0 and [e["target"] for e in report.events()] == ["ct200", "ct201"], report
+    html = page.read_text()
+    assert "ct200: run" in html and "ct201: run" in html, "a lane per node"
+    assert "node 0 of 2 (ct200, ct201) of one torchrun job" in html
+    assert "the job: node ct201 (rank 1) matched fx-tracing-race first" in html
 
 
 def test_a_restart_restarts_every_node_together_on_a_fresh_rendezvous(job: Job) -> None:

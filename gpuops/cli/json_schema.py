@@ -78,6 +78,7 @@ SHAPES: dict[str, Schema] = {
         "id": S, "session": S, "state": {"enum": [s.value for s in RunState]}, "attempts": I, "max_attempts": I,
         "exit_code": opt(EXIT), "command_exit_code": opt(I), "started_at": opt(S), "playbook": opt(S),
         "seconds_since_log": opt(N), "log_bytes": opt(I), "abort": opt(ref("abort_record")), "stopped_by": opt(S),
+        "job": opt(closed({"id": S, "node_rank": I, "nodes": arr(S), "endpoint": opt(S)})),
         "last_match": opt(S), "watchdog": opt(closed({
             "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S),
             "wait": opt(S)})),

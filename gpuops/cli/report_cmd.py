@@ -21,25 +21,32 @@ def run_report(inventory: str | None, playbook: str | None, target: str | None, 
         check_run_id(run_id)
     if output:
         check_writable(output, "-o")
-    (job,) = load_jobs(inventory, playbook, (target,) if target else (), need_env=False)
+    # One target, or every node of a torchrun job (the playbook's launch.nodes): one lane each, one page.
+    jobs = load_jobs(inventory, playbook, (target,) if target else (), need_env=False)
+    records = []
     try:
-        record = fetch(job, run_id)
+        for job in jobs:
+            records.append(fetch(job, run_id))
     finally:
-        report_cost(verbose, [job.transport])
-        job.transport.close()
-    run = str(record.get("run"))
+        report_cost(verbose, [job.transport for job in jobs])
+        for job in jobs:
+            job.transport.close()
+    run = str(records[0].get("run"))
     path = output or f"gpuops-report-{run}.html"
     if not output:
         check_writable(path, "-o")
-    text = build([(job.target.name, record, {}, "", "", job.mask)], "gpuops report")
+    text = build([(job.target.name, record, {}, "", "", job.mask) for job, record in zip(jobs, records)], "gpuops report")
     write(path, text)
-    profile = record.get("profile") or {}
+    profiles = [record.get("profile") or {} for record in records]
     if as_json:
         from gpuops.cli.render import iso, json_line
 
-        sys.stdout.write(json_line({"ts": iso(time.time()), "event": "report", "target": job.target.name, "run": run,
-                                    "path": path, "outcome": profile.get("outcome"), "exit_code": profile.get("exit_code"),
-                                    "plots": text.count("<svg")}) + "\n")
+        for job, record, profile in zip(jobs, records, profiles):
+            sys.stdout.write(json_line({"ts": iso(time.time()), "event": "report", "target": job.target.name,
+                                        "run": str(record.get("run")), "path": path, "outcome": profile.get("outcome"),
+                                        "exit_code": profile.get("exit_code"), "plots": text.count("<svg")}) + "\n")
     else:
-        sys.stderr.write(f"gpuops: the report of run {run} ({profile.get('outcome') or 'running'}) is in {path}\n")
+        outcomes = ", ".join(f"{job.target.name} {p.get('outcome') or 'running'}" for job, p in zip(jobs, profiles))
+        sys.stderr.write(f"gpuops: the report of run {run} ({outcomes if len(jobs) > 1 else profiles[0].get('outcome') or 'running'}) "
+                         f"is in {path}\n")
     return ExitCode.OK

@@ -90,12 +90,15 @@ def table(target: str, rows: list[dict[str, Any]], width: int | None = None) -> 
     for r in rows:
         warm = r.get("warmup_seconds") or {}
         gpus = r.get("gpus") or {}
+        job = r.get("job") or {}
+        node = f" (node {job['node_rank']}/{len(job.get('nodes') or [])})" if isinstance(job.get("node_rank"), int) else ""
+        by_node = f" (on {job['ended_by_node']})" if job.get("ended_by_node") else ""
         lines.append((
-            str(r.get("run")), str(r.get("playbook") or "-"), str(r.get("started") or "-"),
+            str(r.get("run")) + node, str(r.get("playbook") or "-"), str(r.get("started") or "-"),
             "-" if r.get("duration_s") is None else f"{r['duration_s']:.0f}s",
             " ".join(f"{g}:{s:.0f}" for g, s in sorted(warm.items())) or "-",
             str(r.get("outcome")) + (f" (attempt {r['attempts']})" if (r.get("attempts") or 1) > 1 else ""),
-            "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-"),
+            "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-") + by_node,
             ",".join(map(str, r.get("findings") or ())) or "-",
             _figure((r.get("throughput") or {}).get("median")),
             " ".join(f"{g}:{v.get('median'):.0f}" for g, v in sorted(gpus.items()) if v.get("median") is not None) or "-",

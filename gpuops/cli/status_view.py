@@ -8,6 +8,23 @@ from typing import Any
 _STOPPED_BY = {"watchdog": "the watchdog", "client": "a following client", "stop": "gpuops stop", "timeout": "--timeout"}
 
 
+def node_words(job: Any) -> str:
+    """A node's place in a torchrun job (meta.json `job`): 'node 0 of 2 (ct200, ct201)'; '' for a lone run."""
+    if not isinstance(job, dict) or not isinstance(job.get("node_rank"), int):
+        return ""
+    nodes = [str(n) for n in job.get("nodes") or []]
+    return f"node {job['node_rank']} of {len(nodes)} ({', '.join(nodes)})"
+
+
+def job_stop_words(abort: Any) -> str:
+    """Why a node of a job was stopped when another node ended the job: 'the job: ct201 (rank 1) matched X'."""
+    if not isinstance(abort, dict) or abort.get("reason") != "job":
+        return ""
+    what = {"match": f"matched {abort.get('rule')}", "stall": "stalled"}.get(str(abort.get("first_reason")),
+                                                                          f"ended ({abort.get('first_reason')})")
+    return f"the job: node {abort.get('first_node')} (rank {abort.get('first_rank')}) {what} first"
+
+
 def throughput_words(run: Any) -> str:
     """The run's latest throughput figure against its baseline (from the watchdog's heartbeat)."""
     tele = (run.watchdog or {}).get("telemetry") or {}
@@ -49,6 +66,8 @@ def session_words(s: Any) -> str:
         return text
     ago = s.run.seconds_since_log
     text += f"; run {s.run.run_id} {s.run.state}"
+    node = node_words(s.run.meta.get("job"))
+    text += f", {node}" if node else ""
     maximum = (s.run.watchdog or {}).get("max_attempts") or 1
     if maximum > 1 or s.run.attempts > 1:
         text += f" (attempt {s.run.attempts} of {maximum})"
@@ -62,11 +81,12 @@ def session_words(s: Any) -> str:
     if ago is not None:
         text += f"; log grew {ago:.0f}s ago"
     rule = (s.run.abort or {}).get("rule")
-    if rule:
-        text += f"; matched {rule}"
     by = (s.run.abort or {}).get("by")
-    if by:
-        text += f"; stopped by {_STOPPED_BY.get(by, by)}"
+    if job_stop_words(s.run.abort):  # stopped because another node of the job ended it
+        text += f"; stopped with {job_stop_words(s.run.abort)}"
+    else:
+        text += f"; matched {rule}" if rule else ""
+        text += f"; stopped by {_STOPPED_BY.get(by, by)}" if by else ""
     text += throughput_words(s.run) if s.alive else ""
     return text + guard_words(s.run) + watchdog_words(s.run)
 

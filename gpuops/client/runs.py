@@ -123,6 +123,7 @@ class RunInfo:
             "command_exit_code": self.exit_code,  # the training command's own exit status
             "started_at": self.meta.get("started_at"),
             "playbook": self.meta.get("playbook"),
+            **({"job": self.meta["job"]} if isinstance(self.meta.get("job"), dict) else {}),  # a node of a torchrun job
             "seconds_since_log": self.seconds_since_log,
             "log_bytes": self.log_size,
             "abort": self.abort,

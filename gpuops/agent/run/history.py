@@ -45,7 +45,17 @@ def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[s
                 profile["exit_code"] = p.NOT_STARTED_EXIT[meta["phase"]]
                 profile["error"] = meta.get("error")
         profile.setdefault("session", meta.get("session"))
+        if isinstance(meta.get("job"), dict):  # a node of a torchrun job: its place, and the node that ended it
+            profile["job"] = _job(d, meta["job"])
         out.append(profile)
+    return out
+
+
+def _job(d: str, job: Dict[str, Any]) -> Dict[str, Any]:
+    out = {k: job.get(k) for k in ("id", "node_rank", "nodes")}
+    abort = read_json(os.path.join(d, p.ABORT)) or {}
+    if abort.get("reason") == p.JOB_ABORT:
+        out.update(ended_by_node=abort.get("first_node"), ended_by_rank=abort.get("first_rank"))
     return out
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuops.cli.report.plot import PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock
+from gpuops.cli.status_view import job_stop_words, node_words
 
 
 @dataclass
@@ -151,12 +152,14 @@ def summary_rows(rec: dict[str, Any], target: str, said: dict[str, Any]) -> list
     warm = ", ".join(f"GPU {w['gpu']} {_num(w.get('seconds')) or 0:.1f} s" for w in rec.get("warmups") or []) or "-"
     rows = [
         ("outcome", str(outcome)), ("exit code", "-" if code is None else str(code)),
-        ("rule", str(rule or "-")), ("stopped by", str(prof.get("by") or (rec.get("abort") or {}).get("by") or "-")),
+        ("rule", str(rule or "-")),
+        ("stopped by", job_stop_words(rec.get("abort")) or str(prof.get("by") or (rec.get("abort") or {}).get("by") or "-")),
         ("attempts", f"{n} of {most}"),
         ("duration", _seconds(prof.get("duration_s") if prof.get("duration_s") is not None else t1 - t0)),
         ("warmup", warm),
         ("training", _seconds(t1 - started) if started is not None else "never started"),
-        ("target", target + (f" (CT {meta['ctid']})" if meta.get("ctid") else "")),
+        ("target", target + (f" (CT {meta['ctid']})" if meta.get("ctid") else "")
+         + (f", {node_words(meta.get('job'))} of one torchrun job" if node_words(meta.get("job")) else "")),
         ("command", str(meta.get("command") or "-")),
         ("run id", str(rec.get("run") or "-")), ("playbook", str(meta.get("playbook") or prof.get("playbook") or "-")),
         ("session", str(meta.get("session") or "-")),
