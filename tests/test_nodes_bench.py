@@ -151,3 +151,18 @@ def test_one_node_failing_preflight_starts_no_node(job: Job, fake_proxmox: FakeP
     assert result.code == 4 and "ct201: GPU(s) 0 not idle" in result.err, result
     assert not (fake_proxmox.home(200) / ".gpuops" / "sessions" / SESSION).exists()  # nothing made on node 0
     assert not job.alive(200) and not job.alive(201)
+
+
+def test_nodes_on_one_proxmox_host_warm_up_in_turns(job: Job, fake_proxmox: FakeProxmox) -> None:
+    # Both containers are on pve1 (the same machine's GPUs): node 1's warmup starts once node 0's ended.
+    job.write(steps=3, warmup={"gpus": [0], "command": "fake-warmup --gpu {gpu} --duration 0.5"})
+    started = job.gpuops("launch", "--detach", "--yes")
+    assert started.code == 0, started
+
+    def span(vmid: int) -> tuple[float, float]:
+        times = {e: float(t) for e, _, t in (line.split() for line in fake_proxmox.warmup_log(vmid).read_text().splitlines())}
+        return times["start"], times["end"]
+
+    (s0, e0), (s1, e1) = span(200), span(201)
+    assert e0 <= s1 or e1 <= s0, ((s0, e0), (s1, e1))  # one after the other, never side by side
+    assert "warmup on GPU 0 done" in started.err
