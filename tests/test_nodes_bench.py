@@ -166,3 +166,15 @@ def test_nodes_on_one_proxmox_host_warm_up_in_turns(job: Job, fake_proxmox: Fake
     (s0, e0), (s1, e1) = span(200), span(201)
     assert e0 <= s1 or e1 <= s0, ((s0, e0), (s1, e1))  # one after the other, never side by side
     assert "warmup on GPU 0 done" in started.err
+
+
+def test_stop_with_the_jobs_playbook_stops_every_node(job: Job, fake_proxmox: FakeProxmox) -> None:
+    fake_proxmox.set_env(201, MODE="steps")  # a healthy job: nothing ends it but the stop
+    started = job.gpuops("launch", "--detach", "--yes")
+    assert started.code == 0, started
+    assert job.alive(200) and job.alive(201)
+    stopped = job.gpuops("stop")
+    assert stopped.code == 0, stopped
+    assert not job.alive(200) and not job.alive(201)
+    for vmid in (200, 201):
+        assert job.record(vmid, "abort.json")["by"] == "stop"
