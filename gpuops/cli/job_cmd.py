@@ -112,28 +112,3 @@ def _follow_one(job: Any, render: Any, *, run_id: str, deadline: float | None) -
         return ExitCode.INTERRUPTED
     finally:
         job.transport.close()
-
-
-def dry_run_job(jobs: list[Any], out: Any) -> None:
-    """Each node's torchrun command, then every command of each node's launch."""
-    from gpuops.cli.launch_cmd import _dry_run_one
-    from gpuops.client.nodes import ADDRESS_PROBE, check_nodes, endpoint, node_jobs
-
-    check_nodes(jobs)
-    rdzv, how = endpoint(jobs, dry=True)
-    nodes = node_jobs(jobs, "<run-id>", rdzv, key="")
-    if out is None:
-        print(f"# gpuops launch --dry-run: job over {len(nodes)} nodes ({', '.join(j.target.name for j in nodes)}); "
-              f"rendezvous endpoint {rdzv} (from {how})")
-        if how.startswith("`hostname"):
-            print(f"# NODE0_ADDRESS: the first address this prints on {jobs[0].target.name}, asked at launch "
-                  f"(or set rdzv_address for {jobs[0].target.name} in the inventory):")
-            print(jobs[0].transport.wrap(ADDRESS_PROBE).render(display=True, mask=jobs[0].mask))
-        print("# --rdzv-id is $GPUOPS_RDZV_ID: the run id on attempt 1, <run-id>-a<N> on attempt N (a fresh rendezvous)")
-        for job in nodes:
-            print(f"# node {job.node.rank} ({job.target.name}) runs in tmux session '{job.session}':")
-            print(job.mask(job.playbook.launch.command))
-    for job in nodes:
-        if out is None:
-            print()
-        _dry_run_one(job, out)

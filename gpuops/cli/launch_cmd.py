@@ -20,7 +20,9 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
                report: Any = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
-        return _dry_run(inventory, playbook, targets, every, as_json)
+        from gpuops.cli.dry_run import dry_run
+
+        return dry_run(inventory, playbook, targets, every, as_json)
     jobs = load_jobs(inventory, playbook, targets, every)
     from gpuops.cli.job_cmd import is_job, run_job
 
@@ -126,55 +128,3 @@ def _stopped_on_exit(job: Any, state: dict[str, Any], render: Any, inventory: st
             return Outcome(name, code, f"{cause}: --stop-on-exit could not stop run {run} ({err}); it may still be "
                            f"alive: run {how}", {"run": run, "run_alive": None})
     return Outcome(name, code, f"{cause}: --stop-on-exit: {stopped.message}", {"run": run, "run_alive": False})
-
-
-def _dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
-    from gpuops.cli.render import JsonRenderer
-
-    jobs = load_jobs(inventory, playbook, targets, every, dry=True)
-    out = JsonRenderer(hold_summaries=len(jobs) > 1) if as_json else None
-    from gpuops.cli.job_cmd import dry_run_job, is_job
-
-    if is_job(jobs):
-        dry_run_job(jobs, out)
-        if out is not None and out.held is not None:
-            out.release(lambda obj: 0)
-        return ExitCode.OK
-    for i, job in enumerate(jobs):
-        if out is None and i:
-            print()
-        _dry_run_one(job, out)
-    if out is not None and out.held is not None:
-        out.release(lambda obj: 0)
-    return ExitCode.OK
-
-
-def _dry_run_one(job: Any, out: Any) -> None:
-    """Every command one target's launch would send; `out`: the JSON renderer with --json."""
-    from gpuops.client.launch import plan
-
-    host = job.inventory.hosts[job.target.host]
-    if host.transport == "local":
-        where = "this machine (local), each command executed as argv without a login shell:"
-    else:
-        from gpuops.transport.describe import connection, spelled
-
-        # The whole chain as ssh resolves it (`ssh -G`: nothing connects), each hop user@host:port.
-        where = f"{spelled(connection(job.inventory, job.target))}, each line below sent as the remote command:"
-    steps = plan(job)
-    if out is not None:
-        import time
-
-        from gpuops.cli.render import iso
-
-        for name, text, stdin in steps:
-            out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": job.target.name, "step": name,
-                      "command": text, **({"stdin": stdin} if stdin is not None else {})})
-        out.outcome(Outcome("dry-run", ExitCode.OK, "nothing was run", {}), job.target.name)
-        return
-    print(f"# gpuops launch --dry-run: target {job.target.name} via {where}")
-    for name, text, stdin in steps:
-        print(f"\n# {name}")
-        print(text)
-        if stdin is not None:
-            print(f"# stdin: {stdin}")
