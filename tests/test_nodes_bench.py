@@ -176,5 +176,8 @@ def test_stop_with_the_jobs_playbook_stops_every_node(job: Job, fake_proxmox: Fa
     stopped = job.gpuops("stop")
     assert stopped.code == 0, stopped
     assert not job.alive(200) and not job.alive(201)
-    for vmid in (200, 201):
-        assert job.record(vmid, "abort.json")["by"] == "stop"
+    # Each node is stopped by the stop, or by its watchdog a moment before: it heard through the job's store
+    # that a node the stop reached first had ended the job (first_by says who ended it).
+    records = [job.record(v, "abort.json") for v in (200, 201)]
+    for rec in records:
+        assert rec["by"] == "stop" or (rec["reason"] == "job" and rec["first_by"] == "stop"), records
