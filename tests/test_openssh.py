@@ -209,6 +209,7 @@ def test_a_closed_port_is_said_at_once_without_retrying(tmp_path: Path, sshd: Ss
 
 
 def test_ssh_own_255_is_a_lost_connection_and_a_command_s_255_is_its_exit_status(tmp_path: Path, sshd: SshServer) -> None:
+    nap = "30.0317"  # this test's own remote sleep, told from any other test's `sleep 30` on the machine
     pool = Pool(load_inventory(str(write_inventory(tmp_path / "inv.yaml", sshd, ctid=None))), retry_time=5)
     host = pool.host("pve1")
     try:
@@ -218,14 +219,14 @@ def test_ssh_own_255_is_a_lost_connection_and_a_command_s_255_is_its_exit_status
 
         def long_command() -> None:
             try:
-                host.run(Cmd("sleep", "30"), timeout=60)
+                host.run(Cmd("sleep", nap), timeout=60)
             except BaseException as exc:  # handed to the test thread
                 failure.append(exc)
 
         worker = threading.Thread(target=long_command, daemon=True)
         worker.start()
-        wait_until(lambda: "sleep 30" in subprocess.run(["pgrep", "-af", "sleep 30"], capture_output=True, text=True).stdout,
-                   message="the remote sleep")
+        wait_until(lambda: f"sleep {nap}" in subprocess.run(["pgrep", "-af", f"sleep {nap}"], capture_output=True,
+                                                              text=True).stdout, message="the remote sleep")
         assert sshd.kill_connections() >= 1
         worker.join(timeout=30)
         assert failure and isinstance(failure[0], ConnectionLost), failure
