@@ -50,19 +50,10 @@ def _channel(node: Node, number: int, environ: Env[str, str], need_env: bool) ->
 
 
 def _on(node: Node, where: str) -> tuple[str, ...]:
-    out: dict[str, None] = {}
-    for item in s.items(node, f"events ({', '.join(WHATS)})"):
-        name = item.text if isinstance(item, Scalar) and item.kind == "str" else None
-        if name not in WHATS:
-            got = f"'{name}'" if name is not None else s.describe(item)
-            raise ConfigError(item.mark, f"{where}: on: {got} is no event; expected one of {', '.join(WHATS)}"
-                                         f"{s.suggest(name or '', WHATS)}")
-        if name in out:
-            raise ConfigError(item.mark, f"{where}: on lists '{name}' twice")
-        out[name] = None
+    out = s.distinct_names(node, f"events ({', '.join(WHATS)})", WHATS, f"{where}: on", "is no event")
     if not out:
         raise ConfigError(node.mark, f"{where}: on is empty; leave it out for the default ({', '.join(DEFAULT_ON)})")
-    return tuple(out)
+    return out
 
 
 def _webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Restart, Watch
-from gpuops.config.yamlpos import Node, Scalar
-from gpuops.errors import ConfigError
+from gpuops.config.yamlpos import Node
 
 RESTART_KEYS = ("max", "on", "compile_guard", "delay", "warmup", "command")
 MAX_RESTARTS = 10
@@ -74,15 +73,5 @@ def _never_ends(name: str, watch: Watch) -> str | None:
 
 
 def _names(node: Node, watch: Watch) -> tuple[str, ...]:
-    known = known_names(watch)
-    out: dict[str, None] = {}
-    for item in s.items(node, "rule names (a built-in rule, a playbook rule, a detector, stall or failed)"):
-        name = item.text if isinstance(item, Scalar) and item.kind == "str" else None
-        if name is None or name not in known:
-            got = f"'{name}'" if name is not None else s.describe(item)
-            raise ConfigError(item.mark, f"restart.on: {got} is no rule this playbook runs; expected one of "
-                                         f"{', '.join(known)}{s.suggest(name or '', known)}")
-        if name in out:
-            raise ConfigError(item.mark, f"restart.on lists '{name}' twice")
-        out[name] = None
-    return tuple(out)
+    return s.distinct_names(node, "rule names (a built-in rule, a playbook rule, a detector, stall or failed)",
+                            known_names(watch), "restart.on", "is no rule this playbook runs")

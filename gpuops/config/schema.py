@@ -267,6 +267,22 @@ def items(node: Node, what: str) -> list[Node]:
     return node.items
 
 
+def distinct_names(node: Node, what: str, known: Seq[str], key: str, is_no: str) -> tuple[str, ...]:
+    """A list of distinct names, each one of `known`, in the order given. `key` names the list in messages
+    ("restart.on"), `is_no` what a name outside `known` is not ("is no event")."""
+    out: dict[str, None] = {}
+    for item in items(node, what):
+        name = item.text if isinstance(item, Scalar) and item.kind == "str" else None
+        if name is None or name not in known:
+            got = f"'{name}'" if name is not None else describe(item)
+            raise ConfigError(item.mark, f"{key}: {got} {is_no}; expected one of {', '.join(known)}"
+                                         f"{suggest(name or '', known)}")
+        if name in out:
+            raise ConfigError(item.mark, f"{key} lists '{name}' twice")
+        out[name] = None
+    return tuple(out)
+
+
 def gpu_list(node: Node) -> tuple[int, ...]:
     """Distinct GPU indexes, in the order given."""
     gpus: dict[int, None] = {}
