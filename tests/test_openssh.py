@@ -225,8 +225,10 @@ def test_ssh_own_255_is_a_lost_connection_and_a_command_s_255_is_its_exit_status
 
         worker = threading.Thread(target=long_command, daemon=True)
         worker.start()
-        wait_until(lambda: f"sleep {nap}" in subprocess.run(["pgrep", "-af", f"sleep {nap}"], capture_output=True,
-                                                              text=True).stdout, message="the remote sleep")
+        # The remote sleep itself (its whole command line), not the local ssh whose arguments carry the same words:
+        # a connection killed before the command reached the host is rightly run again on a new one.
+        wait_until(lambda: subprocess.run(["pgrep", "-fx", f"sleep {nap}"], capture_output=True).returncode == 0,
+                   message="the remote sleep")
         assert sshd.kill_connections() >= 1
         worker.join(timeout=30)
         assert failure and isinstance(failure[0], ConnectionLost), failure
