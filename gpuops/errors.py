@@ -133,6 +133,16 @@ class AuthError(ConnectError):
     """Authentication was refused: never retried."""
 
 
+class LockedKey(AuthError):
+    """The host would take a key that needs a passphrase nothing supplied (gpuops never prompts)."""
+
+    def __init__(self, host: str, key: str, agent_running: bool) -> None:
+        agent = "ssh-agent offered no key the host accepts" if agent_running else \
+            "no ssh-agent is running (SSH_AUTH_SOCK is not set)"
+        super().__init__(host, f"the key {key} needs a passphrase and {agent}; gpuops never prompts for one",
+                         hint=f"load it into the agent gpuops can reach (`ssh-add {key}`), or use a key without a passphrase")
+
+
 class HostKeyError(ConnectError):
     """A host key problem: never retried, never bypassed."""
 

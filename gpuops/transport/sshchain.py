@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from gpuops.transport._paramiko import paramiko
 
 from gpuops.config.model import Host
-from gpuops.errors import AuthError, ConnectError
+from gpuops.errors import AuthError, ConnectError, LockedKey
 from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.lowlatency import transport_factory
 from gpuops.transport.sshplan import Hop, identity_file_path, plan_chain, where
@@ -98,11 +98,7 @@ def _auth_error(hop: Hop, exc: Exception) -> AuthError:
     host = hop.host
     locked = [k for k in hop.keys if _needs_passphrase(k)]
     if locked:
-        agent = ("ssh-agent offered no key the host accepts" if os.environ.get("SSH_AUTH_SOCK")
-                 else "no ssh-agent is running (SSH_AUTH_SOCK is not set)")
-        return AuthError(host.name, f"the key {locked[0]} needs a passphrase and {agent}; gpuops never prompts for one",
-                         hint=f"load it into the agent gpuops can reach (`ssh-add {locked[0]}`), "
-                              "or use a key without a passphrase")
+        return LockedKey(host.name, locked[0], bool(os.environ.get("SSH_AUTH_SOCK")))
     if host.identity_file:
         hint = f"check that {host.identity_file} is authorised for {host.user or 'the user'} on {where(host)}"
     else:

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gpuops.errors import (AuthError, ChangedHostKey, GpuopsError, HostKeyError, RevokedHostKey, SshFileError,
+from gpuops.errors import (AuthError, ChangedHostKey, GpuopsError, HostKeyError, LockedKey, RevokedHostKey, SshFileError,
                            UnknownHostKey)
 
 
@@ -147,12 +147,7 @@ def _auth(said: str, hop: HopView) -> AuthError | None:
                               f"with `ssh-keygen -L -f {certs[0]}`, and that the host trusts its CA (TrustedUserCAKeys)")
     locked = _ACCEPTED.search(said)  # the host took the key, yet ssh could not sign with it: a passphrase
     if locked and "-CERT" not in locked.group(2):
-        key = locked.group(1)
-        agent = ("ssh-agent offered no key the host accepts" if os.environ.get("SSH_AUTH_SOCK")
-                 else "no ssh-agent is running (SSH_AUTH_SOCK is not set)")
-        return AuthError(hop.label, f"the key {key} needs a passphrase and {agent}; gpuops never prompts for one",
-                         hint=f"load it into the agent gpuops can reach (`ssh-add {key}`), "
-                              "or use a key without a passphrase")
+        return LockedKey(hop.label, locked.group(1), bool(os.environ.get("SSH_AUTH_SOCK")))
     if hop.identity_file:
         hint = f"check that {hop.identity_file} is authorised for {hop.user or 'the user'} on {hop.key_name}"
     else:
