@@ -2,15 +2,14 @@
 
 The watchdog does it, so a run is restarted with nobody attached. An attempt that ended is decided
 on from its records (`due`); its records then move into attempts/<n>/ and attempt.json says the
-next one waits, in one step to a stop's claim (`begin_next`, attempt.file_away); the watchdog waits out the delay (and the warmup, if asked) and
-starts training in the same tmux session (`carry_out`), then watches it as a new attempt. A
-`gpuops stop` or `--timeout` (abort.json `by` stop / timeout) ends the run for good, also while
-the next attempt waits. Everything here is also resumed by a watchdog started again after a crash.
+next one waits, in one step to a stop's claim (`begin_next`, attempt.file_away); the watchdog waits
+out the delay, drains the GPUs (and warms up, if asked) and starts training in the same tmux session
+(`carry_out`), then watches it as a new attempt. A `gpuops stop` or `--timeout` (abort.json `by`
+stop / timeout) ends the run for good, also while the next attempt waits. Everything here is also resumed by a watchdog started again after a crash.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -22,7 +21,7 @@ from ..wire import protocol as p
 from ..system import tmux
 from ..wire import watchfile
 from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, max_attempts, moved_on, step_lock  # noqa: F401
-from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic
+from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic, write_state
 
 POLL = 0.1
 def begin_next(d: str, cfg: Dict[str, Any], after: str, say: Callable[..., None]) -> Dict[str, Any]:
@@ -117,7 +116,8 @@ def _stopped(d: str, rec: Dict[str, Any], say: Callable[..., None]) -> bool:
 def drained(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
     """Whatever ended the attempt before (an abort drains; an exit, a crash or a vanished session did
     not), the next one starts only on GPUs back under the idle threshold: the run's own escaped holders
-    are killed; a GPU someone else holds ends the run (exit 4, as a busy GPU at preflight), naming them."""
+    are killed; a GPU someone else holds ends the run, naming them (status 4 in exit_code, as a busy GPU
+    at preflight: the next attempt never ran; the run's outcome is failed)."""
     from .abort import drain_or_name
 
     _, held_by = drain_or_name(d, [int(g) for g in cfg.get("gpus") or []], watchfile.max_memory_used_mib(cfg), beat=beat)
@@ -178,15 +178,8 @@ def heartbeat(d: str, rec: Dict[str, Any], force: bool = False) -> bool:
     if not force and time.time() - _last_beat[0] < p.HEARTBEAT_EVERY:
         return False
     _last_beat[0] = time.time()
-    path = os.path.join(d, p.WATCHDOG)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"schema_version": p.SCHEMA_VERSION, "pid": os.getpid(), "ts": round(time.time(), 3),
-                                 "state": p.WATCHDOG_RESTARTING,
-                                 "attempt": rec.get("attempt"), "max_attempts": rec.get("max_attempts"),
-                                 "restart_state": rec.get("state"), "offset": 0}, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError:  # a full disk: the next beat tries again; the pulse needs no disk
-        pass
+    # a failed write (a full disk) is tried again at the next beat; the pulse needs no disk
+    write_state(os.path.join(d, p.WATCHDOG), {
+        "pid": os.getpid(), "ts": round(time.time(), 3), "state": p.WATCHDOG_RESTARTING, "attempt": rec.get("attempt"),
+        "max_attempts": rec.get("max_attempts"), "restart_state": rec.get("state"), "offset": 0})
     return True

@@ -19,19 +19,6 @@ from ..run.prepare import append_event
 MAX_PENDING = 1000
 
 
-def _write_state(path: str, record: Dict[str, Any]) -> Optional[OSError]:
-    """The heartbeat: rewritten every second, so atomically but without fsync. The error when the
-    write failed (a full disk): the next beat tries again, the watching goes on."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
-        return None
-    except OSError as exc:
-        return exc
-
-
 class Pulse:
     """A byte down stdout each heartbeat when stdout is the supervisor's pipe: how it tells a live
     watchdog from a frozen one without the disk (which may be full)."""

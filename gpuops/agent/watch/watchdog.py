@@ -26,13 +26,13 @@ from .logfile import LogFile, last_line
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
 from ..detect.quiet_failures import Quiet
-from ..wire.records import read_json
+from ..wire.records import read_json, write_state
 from ..run.prepare import append_event, set_aside
 from ..signatures.rules import advice
 from .stall import StallClock
 from ..system.filewatch import Waker
 from .ruleset import build_matcher, stall_config
-from .heartbeat import EventLog, Pulse, _write_state
+from .heartbeat import EventLog, Pulse
 from ..notify.outbox import Notifier
 from .joblink import JobLink
 
@@ -310,7 +310,7 @@ class Watchdog:
         self.events.flush()
         if self.retry_abort is not None and self.status == "watching":
             self.abort(self.retry_abort[0], **self.retry_abort[1])
-        failed = _write_state(self.state_path, {
+        failed = write_state(self.state_path, {
             "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
             "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
             "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,

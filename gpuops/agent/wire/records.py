@@ -106,3 +106,16 @@ def write_json_atomic(path: str, obj: Any) -> None:
         except OSError:
             pass
         raise
+
+
+def write_state(path: str, record: dict) -> Optional[OSError]:
+    """A record rewritten every second (a heartbeat): atomically but without fsync. The error when the
+    write failed (a full disk): the next beat tries again, and nothing that watches stops for it."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(p.versioned(record), sort_keys=True, separators=(",", ":")) + "\n")
+        os.replace(tmp, path)
+        return None
+    except OSError as exc:
+        return exc
