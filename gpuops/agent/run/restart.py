@@ -5,7 +5,8 @@ on from its records (`due`); its records then move into attempts/<n>/ and attemp
 next one waits, in one step to a stop's claim (`begin_next`, attempt.file_away); the watchdog waits
 out the delay, drains the GPUs (and warms up, if asked) and starts training in the same tmux session
 (`carry_out`), then watches it as a new attempt. A `gpuops stop` or `--timeout` (abort.json `by`
-stop / timeout) ends the run for good, also while the next attempt waits. Everything here is also resumed by a watchdog started again after a crash.
+stop / timeout) ends the run for good, also while the next attempt waits. Everything here is also
+resumed by a watchdog started again after a crash.
 """
 
 from __future__ import annotations
