@@ -46,6 +46,13 @@ def fails_once(ct: Ct, first: str, then: str) -> str:
             f"else touch {mark}; {first}; fi")
 
 
+def detached(ct: Ct, first: str, then: str, restart: dict[str, Any], **options: Any) -> Path:
+    """launch --detach of a run whose first attempt runs `first` and every later one `then`; its run directory."""
+    with_restart(ct, fails_once(ct, first, then), restart, **options)
+    assert ct.gpuops("launch", "--detach").code == 0
+    return ct.run_dir()
+
+
 def restart_events(run_dir: Path) -> list[dict[str, Any]]:
     return [e for e in events(run_dir) if e.get("event") == "restart"]
 
@@ -157,10 +164,8 @@ def test_stall_restarts_a_hung_attempt(ct: Ct) -> None:
 
 
 def test_stop_during_the_restart_delay_ends_the_run_for_good(ct: Ct) -> None:
-    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"))
-    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 60})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"),
+                 {"max": 2, "on": ["fx-tracing-race"], "delay": 60})
     wait_until(lambda: restart_events(d), timeout=60, message="the restart of the first attempt")
     status = ct.gpuops("status", "--json")
     (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
@@ -231,10 +236,8 @@ def test_a_watchdog_killed_while_the_next_attempt_waits_comes_back_and_restarts_
 
     from bench import procs
 
-    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"))
-    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 4})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"),
+                 {"max": 1, "on": ["fx-tracing-race"], "delay": 4})
     wait_until(lambda: heartbeat(d).get("state") == "restarting" and restart_events(d), timeout=60,
                message="the next attempt to wait out its delay")
     pid = heartbeat(d)["pid"]
@@ -267,10 +270,8 @@ def test_warmup_true_runs_the_warmup_again_before_the_restarted_attempt(ct: Ct) 
 def test_stop_while_the_watchdog_aborts_an_attempt_that_would_be_restarted_ends_the_run_for_good(ct: Ct) -> None:
     # Attempt 1 ignores Ctrl-C, so its abort waits out the grace: `gpuops stop` comes in that window, loses the
     # claim to the watchdog's abort, and must still end the run rather than let the restart go on.
-    command = fails_once(ct, f"trap '' INT; {trainer('fx-thread')}", trainer("steps", "--steps", "300"))
-    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 0}, grace=4)
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, f"trap '' INT; {trainer('fx-thread')}", trainer("steps", "--steps", "300"),
+                 {"max": 2, "on": ["fx-tracing-race"], "delay": 0}, grace=4)
     wait_until(lambda: (d / "abort.json").exists() and ct.session_alive(), timeout=60,
                message="the watchdog's abort of attempt 1, in its grace")
     stopped = ct.gpuops("stop")

@@ -19,7 +19,7 @@ from bench import FakeProxmox, SshServer, procs, wait_until
 from bench.faults import can_mount, full_disk, tmpfs
 from bench.pauses import flock_waiters, pause_env, reached, release
 from bench.watchdog import events, heartbeat
-from test_restart import fails_once, restart_events, run_over, with_restart
+from test_restart import detached, fails_once, restart_events, run_over, with_restart
 from test_faults_reap import ESCAPE, holders
 from test_watch import Ct, make_ct, trainer
 
@@ -40,10 +40,8 @@ def test_a_stop_while_the_watchdog_files_the_ended_attempt_away_ends_the_run_for
     # The watchdog is held after it published attempt 2 and before it moved attempt 1's records away: the
     # window where a stop used to lose to attempt 1's abort, be told "already", and let attempt 2 start.
     pauses = pause_env(ct.fake, ct.tmp / "pauses", "restart-published")
-    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "300"))
-    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race"], "delay": 1})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "300"),
+                 {"max": 2, "on": ["fx-tracing-race"], "delay": 1})
     wait_until(lambda: reached(pauses, "restart-published"), timeout=60, message="the watchdog in its restart step")
     stop = ct.start("stop")
     # Held until the stop has decided (it ends) or waits for the step to be over (blocked on its lock).
@@ -66,10 +64,8 @@ def test_a_stop_while_the_watchdog_files_the_ended_attempt_away_ends_the_run_for
 
 def test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watchdog(ct: Ct) -> None:
     # 15 s of delay against the supervisor's 8 s without a pulse: the waiting watchdog must still be heard.
-    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
-    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 15})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"),
+                 {"max": 1, "on": ["fx-tracing-race"], "delay": 15})
     wait_until(lambda: restart_events(d), timeout=60, message="the restart of attempt 1")
     waiting = heartbeat(d)["pid"]
     wait_until(lambda: run_over(ct), timeout=90, message="attempt 2 to finish")
@@ -80,10 +76,8 @@ def test_a_restart_delay_longer_than_the_freeze_limit_passes_with_the_same_watch
 
 
 def test_another_playbooks_launch_on_the_gpus_of_a_run_between_attempts_is_refused(ct: Ct) -> None:
-    command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"))
-    with_restart(ct, command, {"max": 1, "on": ["fx-tracing-race"], "delay": 6})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "2"),
+                 {"max": 1, "on": ["fx-tracing-race"], "delay": 6})
     wait_until(lambda: restart_events(d) and not ct.session_alive(), timeout=60, message="the restart delay")
     other = ct.tmp / "other.yaml"
     data = yaml.safe_load((ct.tmp / "playbook.yaml").read_text())
@@ -105,10 +99,7 @@ def test_an_attempt_that_crashed_is_followed_only_on_drained_gpus_and_a_foreign_
     go = ct.tmp / "go"
     first = (f"( setsid {ESCAPE} </dev/null >/dev/null 2>&1 & ); until [ -e {shlex.quote(str(go))} ]; do sleep 0.05; done; "
              f"{trainer('steps', '--steps', '1')}; exit 3")
-    command = fails_once(ct, first, trainer("steps", "--steps", "2"))
-    with_restart(ct, command, {"max": 1, "on": ["failed"], "delay": 0})
-    assert ct.gpuops("launch", "--detach").code == 0
-    d = ct.run_dir()
+    d = detached(ct, first, trainer("steps", "--steps", "2"), {"max": 1, "on": ["failed"], "delay": 0})
     gpus = ct.fake.gpus(200)
     wait_until(lambda: gpus.memory_used(6) > 20000, timeout=60, message="the escaped worker to hold GPU 6")
     escaped = [pid for pid in holders(ct) if pid not in ct.run_processes()]
