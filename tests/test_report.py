@@ -68,7 +68,8 @@ def record(**over: Any) -> dict[str, Any]:
         "warmups": [{"gpu": 5, "seconds": 3.2, "end": T + 3.2}, {"gpu": 6, "seconds": 3.5, "end": T + 6.8}],
         "samples": samples, "events": events,
         "stacks": [{"pid": "4242", "file": "stacks/4242.txt", "cut": False,
-                    "text": 'Thread 0x7f (most recent call first):\n  File "train.py", line 12 in <module>\n'}],
+                    "text": 'Thread 0x7f (most recent call first):\n  File "train.py", line 12 in <module>\n\n'
+                            f'Thread 0x80 (most recent call first):\n  File "/w/{HOSTILE}.py", line 3 in {HOSTILE}\n'}],
     }
     rec.update(over)
     return rec
@@ -147,8 +148,8 @@ def test_a_run_without_samples_still_gets_labelled_empty_plots() -> None:
 def test_the_stacks_section_shows_each_process_its_threads_and_where_the_training_is() -> None:
     text = page()
     assert '<h3 id="stacks">Stacks</h3>' in text
-    assert ("process 4242: 1 thread via faulthandler; in the training&#x27;s code: &lt;module&gt; (train.py:12)"
-            in text)
+    assert ("process 4242: 2 threads via faulthandler; in the training&#x27;s code: &lt;module&gt; (train.py:12), "
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; (script&gt;.py:3)" in text)  # the file's name, escaped
     assert "stacks/4242.txt" in text and "line 12 in &lt;module&gt;" in text
     assert "Stacks" not in page(record(stacks=[]))
 
