@@ -8,6 +8,8 @@ warned on throughput, hit the FX race, was restarted and hit it again: every kin
 from __future__ import annotations
 
 import html.parser
+import json
+import os
 import re
 import shutil
 import struct
@@ -66,7 +68,8 @@ def record(**over: Any) -> dict[str, Any]:
         "warmups": [{"gpu": 5, "seconds": 3.2, "end": T + 3.2}, {"gpu": 6, "seconds": 3.5, "end": T + 6.8}],
         "samples": samples, "events": events,
         "stacks": [{"pid": "4242", "file": "stacks/4242.txt", "cut": False,
-                    "text": 'Thread 0x7f (most recent call first):\n  File "train.py", line 12 in <module>\n'}],
+                    "text": 'Thread 0x7f (most recent call first):\n  File "train.py", line 12 in <module>\n\n'
+                            f'Thread 0x80 (most recent call first):\n  File "/w/{HOSTILE}.py", line 3 in {HOSTILE}\n'}],
     }
     rec.update(over)
     return rec
@@ -142,12 +145,128 @@ def test_a_run_without_samples_still_gets_labelled_empty_plots() -> None:
     assert text.count("<svg") == 3 and "no throughput figures" in text and "no samples" in text
 
 
-def test_the_stacks_section_shows_each_file_with_its_summary() -> None:
+def test_the_stacks_section_shows_each_process_its_threads_and_where_the_training_is() -> None:
     text = page()
     assert '<h3 id="stacks">Stacks</h3>' in text
-    assert "process 4242 (stacks/4242.txt, threads 3, via faulthandler)" in text
-    assert "line 12 in &lt;module&gt;" in text
+    assert ("process 4242: 2 threads via faulthandler; in the training&#x27;s code: &lt;module&gt; (train.py:12), "
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; (script&gt;.py:3)" in text)  # the file's name, escaped
+    assert "stacks/4242.txt" in text and "line 12 in &lt;module&gt;" in text
     assert "Stacks" not in page(record(stacks=[]))
+
+
+# -- figures that cannot be drawn ------------------------------------------------------------------
+def test_figures_that_cannot_be_drawn_are_left_out_and_said_and_the_rest_is_drawn() -> None:
+    rec = record(telemetry={"baseline": {"throughput": 1.7e308, "gpu_memory": {"5": float("inf")}}})
+    rows = rec["samples"]
+    for i, bad in enumerate((1.7e308, float("inf"), float("nan"), 10 ** 400)):  # a figure, then 3 a JSON reader makes
+        rows[20 + i][2] = bad
+    rows[30][2] = -0.0
+    rows[40][1]["5"] = [10 ** 400, float("nan")]  # a sample's memory and utilisation
+    rows.append([float("inf"), {"5": [1443, 97]}, 505_000, 2])  # a sample with no time to place it at
+    text = page(rec)
+    tp, mem, util = re.findall(r"<svg.*?</svg>", text, re.S)
+    for plot in (tp, mem, util):
+        assert "<polyline" in plot and not re.search(r"nan|inf", " ".join(re.findall(r'points="([^"]*)"', plot)))
+    notes = re.findall(r'<p class="plotnote">(.*?)</p>', text)
+    assert notes[0] == ("Left out of this plot: 4 figures that cannot be drawn (not finite, or past 1e+15): "
+                        "1.7e+308 at 20.0s, inf at 20.5s, nan at 21.0s and 1 more.")
+    assert notes[1] == "The baseline (1.7e+308) cannot be drawn: left out."
+    assert notes[2:] == [
+        "Left out of this plot: 1 sample that cannot be drawn (not finite, or past 1e+15): a number past 1e308 at 30.0s.",
+        "The baseline (GPU 5 inf) cannot be drawn: left out.",
+        "Left out of this plot: 1 sample that cannot be drawn (not finite, or past 1e+15): nan at 30.0s."]
+    assert ">0</text>" in tp  # -0 is a figure: the axis still starts at 0
+
+
+def test_a_record_the_report_cannot_draw_still_gets_its_section() -> None:
+    text = build([("ct200", record(meta="not a mapping"), {"outcome": "failed", "exit_code": 6}, "run x exited 3", "",
+                   mask)], "gpuops launch")
+    assert "ct200: failed" in text and "run x exited 3" in text
+    assert "The run&#x27;s records were read but could not be drawn: AttributeError" in text
+
+
+# -- real H200 records -----------------------------------------------------------------------------
+REAL = Path(__file__).parent / "data" / "real_h200"
+#: Python values where a person reads words (a dict, a list of them, None, True, False).
+REPR = re.compile(r"\{'|\[\{|\['|\bNone\b|\bTrue\b|\bFalse\b")
+
+
+def real_page(d: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], str]:
+    """A run directory's record as the agent's `report` tool replies it (collect), and its page."""
+    from gpuops.agent.run.collect import collect
+
+    monkeypatch.setenv("TMUX_TMPDIR", str(tmp))  # the run's session is asked for on a tmux server of its own: none
+    rec = collect(str(d))
+    return rec, build([("ct200", rec, {}, "", "", mask)], "gpuops report")
+
+
+def h200_restart(tmp: Path) -> Path:
+    """The H200 restart (guard/restart: a cold-cache hang stalled, the watchdog restarted it under the guard, it
+    succeeded, nobody attached) with the stacks the same hang left on the H200 (stacks/hang: 18 processes, taken
+    before the abort) where the restart step files attempt 1's records: attempts/1/stacks/ and the list in
+    attempts/1/abort-done.json (the restart record was made before stacks were taken). The exit code's time is
+    its file's mtime, which git does not keep: set to the run's recorded end."""
+    d = tmp / "20261201-210014-bbaa70"
+    shutil.copytree(REAL / "guard" / "restart", d)
+    shutil.copytree(REAL / "stacks" / "hang" / "stacks", d / "attempts" / "1" / "stacks")
+    done = d / "attempts" / "1" / "abort-done.json"
+    taken = json.loads((REAL / "stacks" / "hang" / "abort-done.json").read_text())["stacks"]
+    done.write_text(json.dumps({**json.loads(done.read_text()), "stacks": taken}))
+    os.utime(d / "exit_code", (1796158893.3, 1796158893.3))
+    return d
+
+
+def test_the_h200_restart_shows_attempt_1s_stacks_and_each_attempts_own_samples(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    d = h200_restart(tmp_path)
+    _, text = real_page(d, tmp_path, monkeypatch)
+    stacks = text[text.index('<h3 id="stacks">'):]
+    assert "<summary>Attempt 1 (stalled, exit 8): 18 processes, 44 threads, taken before its abort</summary>" in stacks
+    lines = re.findall(r'<details class="stack"><summary>(.*?)</summary>', stacks)
+    assert [re.match(r"process (\d+):", line).group(1) for line in lines] == [  # the training's own process first
+        "806", "890", *(str(pid) for pid in (945, 947, 949, 951, 953, 955, 957, 959, 961, 962, 965, 967, 969, 971, 973, 976))]
+    assert lines[0] == ("process 806: 8 threads via faulthandler, python3 /work/main/tools/real_drafter.py train --shapes "
+                        "2048 --threads 3 --steps 5 --seconds 400; in the training&#x27;s code: _step (real_drafter.py:44), "
+                        "_step (real_drafter.py:47) x2, train (real_drafter.py:157)")
+    assert "<td>compile_fx_backward (torch/_inductor/compile_fx.py:2418)</td><td>none: library code only</td>" in stacks
+    assert "<td>_step (/work/main/tools/real_drafter.py:44)</td>" in stacks and "attempts/1/stacks/806.txt" in stacks
+
+    # Utilisation and memory: attempt 1's samples (attempts/1/samples.jsonl) then attempt 2's (samples.jsonl), as sampled.
+    recorded = [json.loads(line)["g"]["0"] for f in (d / "attempts" / "1" / "samples.jsonl", d / "samples.jsonl")
+                for line in f.read_text().splitlines()]
+    _, mem, util = re.findall(r"<svg.*?</svg>", text, re.S)
+    assert len(recorded) == 63 + 14
+    assert values(mem) == pytest.approx([m for m, _ in recorded], abs=1)  # attempt 2's own: up to 913 MiB, 1's 801
+    assert values(util) == pytest.approx([u for _, u in recorded], abs=0.5)  # every sample said 0 %: so is the line
+
+
+def python_values(text: str, rec: dict[str, Any] | None = None) -> list[str]:
+    """Python values on the page where words belong: outside <pre> (the training's own text) and the log lines a
+    rule matched (the training's words, quoted)."""
+    shown = html.unescape(re.sub(r"<pre>.*?</pre>|<style>.*?</style>", "", text, flags=re.S))
+    for ev in (rec or {}).get("events") or []:
+        shown = shown.replace(str(ev.get("line") or "\0"), "")
+    return [shown[max(0, m.start() - 60):m.end() + 30] for m in REPR.finditer(shown)]
+
+
+def test_no_page_of_a_recorded_h200_run_shows_python_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = sorted(m.parent for m in REAL.rglob("meta.json"))
+    assert len(runs) >= 13
+    for d in runs + [h200_restart(tmp_path)]:
+        rec, text = real_page(d, tmp_path, monkeypatch)
+        assert python_values(text, rec) == [], d
+        happened = re.search(r'<table class="events">.*?</table>', text, re.S)
+        assert happened is None or "=" not in happened.group(0).replace('="', ""), d  # no key=value dumps
+
+
+def values(plot: str) -> list[float]:
+    """A plot's line read back as values, through its y axis's lowest and highest tick."""
+    ticks = [(float(y), float(label.replace(",", ""))) for y, label in
+             re.findall(r'<line x1="[\d.]+" x2="[\d.]+" y1="([\d.]+)" y2="[\d.]+" class="grid"/><text[^>]*>([\d,.]+)</text>',
+                        plot)]
+    (y0, v0), (y1, v1) = ticks[0], ticks[-1]
+    return [v0 + (y - y0) / (y1 - y0) * (v1 - v0) for line in re.findall(r'<polyline points="([^"]*)"', plot)
+            for y in (float(p.split(",")[1]) for p in line.split())]
 
 
 # -- in Chromium -----------------------------------------------------------------------------------

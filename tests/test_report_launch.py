@@ -12,6 +12,7 @@ import yaml
 
 from bench import LocalEnv
 from bench.cli import CtCli, gpuops
+from test_report import python_values
 
 SESSION = "report-train"
 FX = "fake-train --mode fx-thread --gpus 5,6 --interval 0.1 --go {go}"
@@ -26,13 +27,15 @@ def playbook_data(command: str, **extra: Any) -> dict[str, Any]:
             "watch": {"stall_timeout": 0, "sample_interval": 0.5}, "abort": {"grace": 3}, **extra}
 
 
-def read_page(path: Path, run: str, rule: str = "fx-tracing-race") -> str:
-    """The report a CI artifact holds: one file, at least two plots drawn with data, the run and the rule."""
+def read_page(path: Path, run: str, rule: str = "fx-tracing-race", aborted: bool = True) -> str:
+    """The report a CI artifact holds: one file, at least two plots drawn with data, the run and the rule, in words
+    (no Python value where a person reads words)."""
     page = path.read_text()
+    assert python_values(page) == []
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 2
     assert f"run {run}" in page and f"<th>rule</th><td>{rule}</td>" in page
     assert page.count("<polyline") >= 2  # memory and utilisation lines from the watchdog's samples
-    assert "warmup GPU 5" in page and "training starts" in page and "abort (watchdog)" in page
+    assert "warmup GPU 5" in page and "training starts" in page and ("abort (watchdog)" in page) == aborted
     assert SECRET not in page
     assert not re.search(r"""(?:src|href)\s*=\s*["']?https?:""", page)
     return page
@@ -97,3 +100,32 @@ def test_report_needs_follow_on_logs(ct: CtCli, tmp_path: Path) -> None:
     ct.write(playbook_data("true"))
     result = ct.gpuops("logs", "--report", str(tmp_path / "r.html"))
     assert result.code == 2 and "--report needs --follow" in result.err, result
+
+
+#: A figure a float holds but no plot can draw (1.7e308 tokens/s), between ordinary ones; the training then fails.
+HUGE = ("for i in 1 2 3 4 5 6; do echo \"step $i tok/s 505000\"; sleep 0.2; done; "
+        "for i in 7 8 9 10 11 12; do echo \"step $i tok/s 1.7e308\"; sleep 0.2; done; exit 3")
+
+
+def launch_with_a_huge_figure(ct: CtCli, tmp: Path) -> str:
+    """`launch --report` of a run that logs 1.7e308 tokens/s and fails, then `gpuops report` of it: what the
+    throughput plot says under it (the fault matrix's row 35.6 runs this too)."""
+    data = playbook_data(HUGE)
+    data["watch"] = {**data["watch"], "throughput": {"pattern": "tok/s ([0-9.e+]+)"}}
+    ct.write(data)
+    out = tmp / "report.html"
+    result = ct.gpuops("launch", "--yes", "--report", str(out))
+    assert result.code == 6, result  # the training's exit 3: what the run says, not the report
+    assert "Traceback" not in result.err and f"gpuops: the run's report: {out}" in result.err
+    page = read_page(out, ct.run_id(), rule="-", aborted=False)
+    tp = re.findall(r"<svg.*?</svg>", page, re.S)[0]
+    assert "<polyline" in tp  # 505k is drawn
+    note = re.search(r'<p class="plotnote">(Left out of this plot: \d+ figures? that cannot be drawn .*?1\.7e\+308 at .*?)</p>', page)
+    assert note, page[page.index("Throughput"):][:3000]
+    again = ct.gpuops("report", "-o", str(tmp / "again.html"))
+    assert again.code == 0 and "1.7e+308 at" in (tmp / "again.html").read_text(), again
+    return f"launch --report: exit {result.code} (the run's), report written; gpuops report: exit 0; {note.group(1)}"
+
+
+def test_a_figure_no_plot_can_draw_leaves_the_runs_exit_code_and_the_report_says_it(ct: CtCli, tmp_path: Path) -> None:
+    launch_with_a_huge_figure(ct, tmp_path)

@@ -4,7 +4,8 @@ that session's current run) prints one JSON object built from the run directory'
 The object holds the run's records (meta, profile, abort, attempt, the watchdog's telemetry and
 baseline), the training start and warmup times (the target's clock, as the samples have), every
 attempt's GPU and throughput samples thinned to at most ``MAX_POINTS``, the watchdog's events that
-a report marks on its time axis, and the text of stacks/<pid>.txt. A run that is not there prints
+a report marks on its time axis, and the text of every attempt's stacks (stacks/<pid>.txt, and a
+restarted run's attempts/<n>/stacks/<pid>.txt). A run that is not there prints
 ``{"error": "no-run", ...}`` with the newest run ids the target has. The report is drawn on the
 client; nothing here is written.
 """
@@ -29,7 +30,7 @@ MAX_POINTS = 1500
 MARKED = frozenset({"match", "note", "stall", "abort_start", "aborted", "abort_completed", "stopped_elsewhere",
                     "restart", "attempt_started", "restart_failed", "restart_cancelled", "session_gone", "done"})
 MAX_EVENTS, KEEP_LAST = 400, 100
-STACK_BYTES, MAX_STACKS = 256 * 1024, 64
+STACK_BYTES, MAX_STACKS, STACKS_TOTAL = 256 * 1024, 64, 4 << 20
 KNOWN = 10  # run ids named when the one asked for is not there
 
 
@@ -83,22 +84,37 @@ def _events(d: str) -> List[Dict[str, Any]]:
     return kept
 
 
-def _stacks(d: str) -> List[Dict[str, Any]]:
-    folder = os.path.join(d, p.STACKS)
-    try:
-        names = sorted((n for n in os.listdir(folder) if n.endswith(".txt")), key=lambda n: (len(n), n))
-    except OSError:
-        return []
-    out = []
-    for name in names[:MAX_STACKS]:
-        path = os.path.join(folder, name)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(STACK_BYTES + 1)
-        except OSError:
+def _stacks(d: str, current: int) -> List[Dict[str, Any]]:
+    """Every attempt's recorded stacks (attempts/<n>/stacks/ kept by a restart, then the current attempt's),
+    oldest attempt first, each with its attempt, the text of its file and how it was taken. Bounded: MAX_STACKS
+    files an attempt, STACK_BYTES a file, STACKS_TOTAL in all; past that an entry says `left_out`."""
+    from .stacks import recorded
+
+    out: List[Dict[str, Any]] = []
+    per: Dict[int, int] = {}
+    total = 0
+    for row in recorded(d):
+        n = row.get("attempt") if isinstance(row.get("attempt"), int) else current
+        per[n] = per.get(n, 0) + 1
+        if per[n] > MAX_STACKS:
             continue
-        out.append({"pid": name[:-4], "file": "%s/%s" % (p.STACKS, name), "cut": len(data) > STACK_BYTES,
-                    "text": data[:STACK_BYTES].decode("utf-8", "replace")})
+        entry = {k: row[k] for k in ("pid", "threads", "via", "error") if row.get(k) is not None}
+        entry["attempt"] = n
+        if row.get("file"):
+            path = os.path.join(str(row["base"]), p.STACKS, os.path.basename(str(row["file"])))  # never outside it
+            entry["file"] = os.path.relpath(path, d)
+            if total >= STACKS_TOTAL:
+                entry["left_out"] = True
+            else:
+                try:
+                    with open(path, "rb") as fh:
+                        data = fh.read(STACK_BYTES + 1)
+                except OSError:
+                    entry["error"] = entry.get("error") or "its file %s is gone" % entry["file"]
+                    data = b""
+                total += min(len(data), STACK_BYTES)
+                entry.update(cut=len(data) > STACK_BYTES, text=data[:STACK_BYTES].decode("utf-8", "replace"))
+        out.append(entry)
     return out
 
 
@@ -109,6 +125,9 @@ def _attempts(d: str, current: int) -> List[Dict[str, Any]]:
         sub = p.attempt_dir(d, n)
         rec = read_json(os.path.join(sub, p.ATTEMPT)) or {"attempt": n}
         rec["training_started"] = _float(read_text(os.path.join(sub, p.STARTED)))
+        taken = (read_json(os.path.join(sub, p.ABORT_DONE)) or {}).get("stacks")
+        if isinstance(taken, list):
+            rec["stacks_taken"] = taken
         out.append(rec)
     return out
 
@@ -149,7 +168,7 @@ def collect(d: str) -> Dict[str, Any]:
         "warmups": warmups,
         "samples": samples,
         "events": _events(d),
-        "stacks": _stacks(d),
+        "stacks": _stacks(d, n),
     }
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from html import escape
 
 from gpuops import __version__
-from gpuops.cli.report.plot import svg
+from gpuops.cli.report.plot import Chart, svg
+from gpuops.cli.report.stack_view import section as stacks_section
 from gpuops.cli.report.story import Story
 
 CSS = """
@@ -38,6 +39,13 @@ svg .marklabel{font:11px system-ui,"DejaVu Sans",sans-serif;paint-order:stroke;s
 svg .empty{font:13px system-ui,"DejaVu Sans",sans-serif;fill:#777}
 svg .grid{stroke:#ececec;stroke-width:1}svg .axis{stroke:#888}svg .frame{stroke:#bbb}
 .note{color:#555;font-size:13px}
+p.plotnote{color:#8a4b00;font-size:13px;margin:0 0 10px}
+details{margin:4px 0}details>summary{cursor:pointer;font-size:13.5px;overflow-wrap:anywhere}
+details.attempt>summary{font-weight:600;font-size:14.5px;margin:10px 0 4px}
+details.stack{margin-left:14px}details.stack>summary{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;
+  font-size:12.5px}
+details.file{margin-left:14px}details.file>summary{color:#555;font-size:12.5px}
+table.threads{font-size:12.5px;margin:4px 0 6px 14px}table.threads td{overflow-wrap:anywhere}
 """
 
 
@@ -49,11 +57,22 @@ class Section:
     story: Story | None = None
     missing: str = ""  # why the run's records could not be read
     said: tuple[str, str] = ("", "")  # the command's own outcome and message, when the records are missing
+    undrawn: str = ""  # the records were read but could not be drawn: why
 
 
 def _badge(outcome: str, code: str) -> str:
     cls = "ok" if code == "0" else "warn" if outcome in ("running", "started") else "bad"
     return f'<span class="badge {cls}">{escape(outcome)} · exit {escape(code)}</span>'
+
+
+def _chart(chart: Chart) -> str:
+    """A plot and what it could not draw; a plot that fails is said in its place, the page is still written."""
+    try:
+        drawn = svg(chart)
+    except Exception as exc:  # noqa: BLE001 - one plot never costs the report
+        why = escape(f"{chart.title}: this plot could not be drawn ({type(exc).__name__}: {exc}).")
+        return f'<p class="plotnote">{why}</p>'
+    return drawn + "".join(f'<p class="plotnote">{escape(note)}</p>' for note in chart.notes)
 
 
 def _story(s: Story) -> str:
@@ -66,20 +85,12 @@ def _story(s: Story) -> str:
         parts.append(f"<h3>Matched excerpt</h3><pre>{escape(s.excerpt)}</pre>")
     parts.append('<h3>Over the run\'s time</h3><p class="note">Grey bands: warmups. Dashed lines: marks '
                  "(warmups, training's start, matches, warnings, stall, abort, restarts) and baselines.</p>")
-    parts += [svg(chart) for chart in s.charts]
+    parts += [_chart(chart) for chart in s.charts]
     if s.happened:
         parts.append('<h3>What happened</h3><table class="events"><tr><th>at</th><th>event</th><th>detail</th></tr>')
         parts += [f"<tr><td>{escape(a)}</td><td>{escape(b)}</td><td>{escape(c)}</td></tr>" for a, b, c in s.happened]
         parts.append("</table>")
-    if s.stacks:
-        parts.append('<h3 id="stacks">Stacks</h3>')
-        about = {str(x.get("pid")): x for x in s.stack_summary if isinstance(x, dict)}
-        for st in s.stacks:
-            info = about.get(str(st.get("pid")), {})
-            extra = ", ".join(f"{k} {info[k]}" for k in ("threads", "via") if info.get(k) is not None)
-            head = f"process {st.get('pid')} ({st.get('file')}" + (f", {extra}" if extra else "") + ")"
-            cut = " (cut: the file is longer)" if st.get("cut") else ""
-            parts.append(f'<div class="stack"><p>{escape(head + cut)}</p><pre>{escape(str(st.get("text") or ""))}</pre></div>')
+    parts.append(stacks_section(s.stacks))
     return "\n".join(parts)
 
 
@@ -95,7 +106,9 @@ def page(sections: list[Section], command: str) -> str:
             body.append(f"<h2>{escape(sec.target)}: {escape(outcome or 'no run')}</h2>")
             if message:
                 body.append(f"<pre>{escape(message)}</pre>")
-            body.append(f'<p class="note">The run\'s records could not be read: {escape(sec.missing)}</p>')
+            why = (f"The run's records were read but could not be drawn: {sec.undrawn}" if sec.undrawn
+                   else f"The run's records could not be read: {sec.missing}")
+            body.append(f'<p class="note">{escape(why)}</p>')
         body.append("</section>")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from html import escape
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 Point = tuple[float, Optional[float]]
 
@@ -56,10 +56,21 @@ class Chart:
     y_max: float | None = None  # a fixed top (utilisation: 100)
     empty: str = "no samples"
     fmt: Callable[[float], str] = lambda v: f"{v:g}"
+    notes: list[str] = field(default_factory=list)  # said under the plot (figures left out, and why)
 
 
 W, H = 1000, 300
 LEFT, RIGHT, TOP, BOTTOM = 78, 20, 44, 44
+#: The largest magnitude drawn, for a figure as for a time: past it (1e15 tokens/s, MiB or seconds is no
+#: measurement) a value is left out, so the scale's arithmetic never overflows (story.py says so on the page).
+LIMIT = 1e15
+
+
+def drawable(value: Any) -> bool:
+    """A number the plot can place: finite and within LIMIT (inf, nan, 1.7e308, a 400-digit int are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= LIMIT if isinstance(value, int) else math.isfinite(value) and abs(value) <= LIMIT
 
 
 def nice_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
@@ -132,25 +143,34 @@ def _clusters(marks: Sequence[Mark], x: Callable[[float], float], column: float 
 
 
 def svg(chart: Chart) -> str:
-    """The chart as one <svg> element (no script, no external reference)."""
+    """The chart as one <svg> element (no script, no external reference). Values that are not drawable
+    (see LIMIT) are left out here too, whatever the caller passed: no figure can break the page."""
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
-    t0, t1 = chart.t0, max(chart.t1, chart.t0 + 1)
-    values = [v for s in chart.series for _, v in s.points if v is not None] + [lv.y for lv in chart.levels]
-    top = chart.y_max if chart.y_max is not None else (max(values) * 1.08 if values else 1.0)
-    y_ticks = nice_ticks(0.0, top or 1.0)
-    top = max(top or 1.0, y_ticks[-1])
+    t0 = float(chart.t0) if drawable(chart.t0) else 0.0
+    t1 = max(float(chart.t1) if drawable(chart.t1) else t0, t0 + 1)
+    series = [Series(s.name, [(float(t), float(v) if drawable(v) else None) for t, v in s.points if drawable(t)],
+                     s.colour, s.dashed) for s in chart.series]
+    levels = [lv for lv in chart.levels if drawable(lv.y)]
+    marks = [m for m in chart.marks if drawable(m.t)]
+    spans = [(a, b, label) for a, b, label in chart.spans if drawable(a) and drawable(b)]
+    values = [v for s in series for _, v in s.points if v is not None] + [float(lv.y) for lv in levels]
+    bottom = min([0.0, *values])
+    top = float(chart.y_max) if drawable(chart.y_max) else (max(values) * 1.08 if values else 1.0)
+    top = top if top > bottom else bottom + 1.0
+    y_ticks = nice_ticks(bottom, top)
+    bottom, top = min(bottom, y_ticks[0]), max(top, y_ticks[-1])
 
     def x(t: float) -> float:
         return LEFT + (t - t0) / (t1 - t0) * pw
 
     def y(v: float) -> float:
-        return TOP + ph - v / top * ph
+        return TOP + ph - (v - bottom) / (top - bottom) * ph
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
            f'role="img" aria-label="{escape(chart.title)}">',
            f'<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>',
            f'<text x="{LEFT}" y="18" class="title">{escape(chart.title)}</text>']
-    for a, b, label in chart.spans:
+    for a, b, label in spans:
         xa, xb = x(a), max(x(b), x(a) + 2)
         out.append(f'<rect x="{xa:.1f}" y="{TOP}" width="{xb - xa:.1f}" height="{ph}" fill="#e8e8e8">'
                    f'<title>{escape(label)}</title></rect>')
@@ -164,12 +184,12 @@ def svg(chart: Chart) -> str:
                f'<text x="14" y="{TOP + ph / 2:.0f}" class="axislabel" text-anchor="middle" '
                f'transform="rotate(-90 14 {TOP + ph / 2:.0f})">{escape(chart.unit)}</text>')
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" class="frame"/>')
-    for lv in chart.levels:  # named in the legend: a label on the plot would collide with the marks' labels
+    for lv in levels:  # named in the legend: a label on the plot would collide with the marks' labels
         out.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(lv.y):.1f}" y2="{y(lv.y):.1f}" stroke="{lv.colour}" '
                    f'stroke-width="1.5" stroke-dasharray="7 4"><title>{escape(lv.label)}</title></line>')
     drawn = False
-    for i, s in enumerate(chart.series):
-        width = 2 + 1.5 * (len(chart.series) - 1 - i)  # earlier series wider: GPUs that read alike stay visible
+    for i, s in enumerate(series):
+        width = 2 + 1.5 * (len(series) - 1 - i)  # earlier series wider: GPUs that read alike stay visible
         for run in _segments(s.points, _gap(s.points)):
             drawn = True
             if len(run) == 1:
@@ -182,7 +202,7 @@ def svg(chart: Chart) -> str:
     if not drawn:
         out.append(f'<text x="{LEFT + pw / 2:.0f}" y="{TOP + ph / 2:.0f}" class="empty" '
                    f'text-anchor="middle">{escape(chart.empty)}</text>')
-    for px, group in _clusters(chart.marks, x):
+    for px, group in _clusters(marks, x):
         labels = list(dict.fromkeys(m.label for m in group))
         tip = "; ".join(f"{clock(m.t - t0, tenths=True)} {m.label}" for m in group)
         out.append(f'<g class="mark"><title>{escape(tip)}</title>')
@@ -197,14 +217,14 @@ def svg(chart: Chart) -> str:
             out.append(f'<text class="marklabel" fill="{MARK_COLOURS.get(kind, "#333333")}" '
                        f'transform="translate({lx:.1f} {TOP + 6}) rotate(90)">{escape(label)}</text>')
         out.append("</g>")
-    out.append(_legend(chart))
+    out.append(_legend(series, levels))
     out.append("</svg>")
     return "".join(out)
 
 
-def _legend(chart: Chart) -> str:
+def _legend(series: Sequence[Series], levels: Sequence[Level]) -> str:
     """The series' names with their colours, right-aligned above the plot area."""
-    items = [(s.name, s.colour, s.dashed) for s in chart.series] + [(lv.label, lv.colour, True) for lv in chart.levels]
+    items = [(s.name, s.colour, s.dashed) for s in series] + [(lv.label, lv.colour, True) for lv in levels]
     parts, xpos = [], W - RIGHT
     for name, colour, dashed in reversed(items):
         width = 26 + 7 * len(name)

@@ -1,5 +1,7 @@
 """A run's record (the agent's `report` reply) as what its report shows: the summary's rows, three charts
-over the run's time with their marks, and the list of what happened."""
+over the run's time with their marks, the list of what happened (happened.py) and every attempt's stacks
+(stack_view.py). A figure or time that is not finite or past plot.LIMIT is left out of its plot, and the
+plot's notes say which and when: no record can break the page."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpuops.cli.report.plot import PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock
+from gpuops.cli.report.happened import detail, name, number, words
+from gpuops.cli.report.plot import LIMIT, PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock, drawable
+from gpuops.cli.report.stack_view import Attempt, attempts
 from gpuops.cli.status_view import job_stop_words, node_words
 
 
@@ -20,9 +24,7 @@ class Story:
     excerpt: str
     charts: list[Chart]
     happened: list[tuple[str, str, str]]  # (time since the launch, what, detail)
-    stacks: list[dict[str, Any]] = field(default_factory=list)
-    stack_summary: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    stacks: list[Attempt] = field(default_factory=list)  # each attempt's, oldest first
 
 
 def masked(value: Any, mask: Callable[[str], str]) -> Any:
@@ -52,7 +54,43 @@ def _epoch(stamp: Any) -> float | None:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A figure or a time the report can compute with: None when it is no number, not finite or past LIMIT."""
+    return float(value) if drawable(value) else None
+
+
+Row = tuple[float, dict[int, list[Any]], Any, Any]  # t, {gpu: [MiB, %]}, throughput, attempt
+
+
+def rows_of(rec: dict[str, Any]) -> list[Row]:
+    """The agent's sample rows [t, {gpu: [MiB, %]}, throughput, attempt] that have a time to place them at
+    (their figures are checked where they are drawn: a row is not lost for one figure)."""
+    out: list[Row] = []
+    for r in rec.get("samples") or []:
+        if not isinstance(r, list) or len(r) < 2 or _num(r[0]) is None or not isinstance(r[1], dict):
+            continue
+        gpus = {int(g): list(v) + [None, None] for g, v in r[1].items()
+                if str(g).isdigit() and len(str(g)) < 6 and isinstance(v, list)}
+        out.append((float(r[0]), gpus, r[2] if len(r) > 2 else None, r[3] if len(r) > 3 else None))
+    return out
+
+
+def _shown(value: Any) -> str:
+    """A figure left out of a plot, as the note names it."""
+    try:
+        return number(value) if not isinstance(value, int) else f"{float(value):.3g}"
+    except OverflowError:
+        return "a number past 1e308"
+
+
+def left_out_note(left: list[tuple[float, Any]], t0: float, what: str = "figure") -> list[str]:
+    """Why the plot lacks some of the record's figures (not finite, or too large to draw), with when."""
+    if not left:
+        return []
+    named = ", ".join(f"{_shown(v)} at {clock(t - t0, tenths=True)}" for t, v in left[:3]) + (
+        f" and {len(left) - 3} more" if len(left) > 3 else "")
+    n = len(left)
+    return [f"Left out of this plot: {n} {what}{'s' if n != 1 else ''} that cannot be drawn "
+            f"(not finite, or past {LIMIT:g}): {named}."]
 
 
 def _seconds(value: Any) -> str:
@@ -62,12 +100,14 @@ def _seconds(value: Any) -> str:
 
 def _span(rec: dict[str, Any]) -> tuple[float, float]:
     """The run's time on the target's clock: its first warmup (or sample) to its end (or now, when it lives)."""
-    starts = [w["end"] - (_num(w.get("seconds")) or 0) for w in rec.get("warmups") or [] if _num(w.get("end"))]
-    starts += [s[0] for s in (rec.get("samples") or [])[:1]]
+    rows = rows_of(rec)
+    starts = [end - (_num(w.get("seconds")) or 0) for w in rec.get("warmups") or [] for end in (_num(w.get("end")),)
+              if end is not None]
+    starts += [r[0] for r in rows[:1]]
     starts += [t for t in (_num(rec.get("training_started")),) if t is not None]
     starts += [t for a in rec.get("attempts") or [] for t in (_num(a.get("training_started")),) if t is not None]
     t0 = min(starts) if starts else (_epoch((rec.get("meta") or {}).get("started_at")) or _num(rec.get("now")) or 0.0)
-    ends = [s[0] for s in (rec.get("samples") or [])[-1:]] + [_num(e.get("ts")) or t0 for e in rec.get("events") or []]
+    ends = [r[0] for r in rows[-1:]] + [_num(e.get("ts")) or t0 for e in rec.get("events") or [] if isinstance(e, dict)]
     ends += [t for t in (_num(rec.get("exit_code_at")), _num((rec.get("abort_done") or {}).get("session_gone_at")))
              if t is not None]
     if rec.get("session_alive"):
@@ -80,62 +120,75 @@ def mark_list(rec: dict[str, Any]) -> tuple[list[Mark], list[tuple[float, float,
     end) and the warmups' shaded spans."""
     out: list[Mark] = []
     spans = []
-    for w in rec.get("warmups") or []:
+    for w in [w for w in rec.get("warmups") or [] if isinstance(w, dict)]:
         end, secs = _num(w.get("end")), _num(w.get("seconds")) or 0.0
         if end is not None:
-            spans.append((end - secs, end, f"warmup GPU {w['gpu']}: {secs:.1f} s"))
-            out.append(Mark(end - secs, f"warmup GPU {w['gpu']}", "warmup"))
+            spans.append((end - secs, end, f"warmup GPU {words(w.get('gpu'))}: {secs:.1f} s"))
+            out.append(Mark(end - secs, f"warmup GPU {words(w.get('gpu'))}", "warmup"))
     firsts = [a.get("training_started") for a in rec.get("attempts") or []] or [rec.get("training_started")]
     if _num(firsts[0]) is not None:
         out.append(Mark(float(firsts[0]), "training starts", "start"))
-    for ev in rec.get("events") or []:
+    for ev in [e for e in rec.get("events") or [] if isinstance(e, dict)]:
         t, kind = _num(ev.get("ts")), ev.get("event")
         if t is None:
             continue
         if kind == "match":
             warn = ev.get("action") != "abort"
             gpu = (ev.get("figures") or {}).get("gpu") if isinstance(ev.get("figures"), dict) else None
-            name = str(ev.get("rule")) + (f" (GPU {gpu})" if gpu is not None else "")
-            out.append(Mark(t, f"warn: {name}" if warn else name, "warn" if warn else "match"))
+            rule = words(ev.get("rule") or "unnamed rule") + (f" (GPU {words(gpu)})" if gpu is not None else "")
+            out.append(Mark(t, f"warn: {rule}" if warn else rule, "warn" if warn else "match"))
         elif kind == "stall":
-            out.append(Mark(t, f"stall: {ev.get('seconds')} s silent", "stall"))
+            out.append(Mark(t, f"stall: {words(ev.get('seconds'))} s silent", "stall"))
         elif kind == "abort_start":
-            out.append(Mark(t, f"abort ({ev.get('by') or 'watchdog'})", "abort"))
+            out.append(Mark(t, f"abort ({words(ev.get('by') or 'watchdog')})", "abort"))
         elif kind == "restart":
-            out.append(Mark(t, f"restart: attempt {ev.get('attempt')} of {ev.get('max_attempts')}", "restart"))
+            out.append(Mark(t, f"restart: attempt {words(ev.get('attempt'))} of {words(ev.get('max_attempts'))}", "restart"))
         elif kind == "attempt_started":
-            out.append(Mark(t, f"attempt {ev.get('attempt')} starts", "start"))
+            out.append(Mark(t, f"attempt {words(ev.get('attempt'))} starts", "start"))
     code_at = _num(rec.get("exit_code_at"))
     if code_at is not None and not rec.get("abort"):
         code = (rec.get("profile") or {}).get("command_exit_code")
-        out.append(Mark(code_at, f"exited ({code})", "end"))
+        out.append(Mark(code_at, f"exited ({words(code)})", "end"))
     return out, spans
 
 
 def charts(rec: dict[str, Any]) -> list[Chart]:
     t0, t1 = _span(rec)
-    rows = rec.get("samples") or []
-    gpus = sorted({int(g) for r in rows for g in r[1]})
+    rows = rows_of(rec)
+    gpus = sorted({g for r in rows for g in r[1]})
     colour = {g: PALETTE[i % len(PALETTE)] for i, g in enumerate(gpus)}
     all_marks, spans = mark_list(rec)
     base = (rec.get("telemetry") or {}).get("baseline") or {}
-    tp = [(r[0], r[2]) for r in rows if r[2] is not None]
-    levels = []
+    tp = [(t, v) for t, _, v, _ in rows if v is not None]
+    levels, notes = [], []
     if _num(base.get("throughput")) is not None:
         src = base.get("run") or base.get("source") or "baseline"
         levels.append(Level(float(base["throughput"]), f"baseline {figure(float(base['throughput']))} ({src})", "#555555"))
+    elif base.get("throughput") is not None:
+        notes.append(f"The baseline ({_shown(base.get('throughput'))}) cannot be drawn: left out.")
+    mem_base = {g: v for g, v in (base.get("gpu_memory") or {}).items() if str(g).isdigit() and v is not None}
     mem_levels = [Level(float(v), f"GPU {g} baseline {float(v):.0f} MiB", colour.get(int(g), "#555555"))
-                  for g, v in sorted((base.get("gpu_memory") or {}).items()) if _num(v) is not None]
+                  for g, v in sorted(mem_base.items()) if _num(v) is not None]
+    mem_left = [f"GPU {g} {_shown(v)}" for g, v in sorted(mem_base.items()) if _num(v) is None]
 
-    def per_gpu(i: int) -> list[Series]:
-        return [Series(f"GPU {g}", [(r[0], (r[1].get(str(g)) or [None, None])[i]) for r in rows], colour[g]) for g in gpus]
+    def per_gpu(i: int) -> tuple[list[Series], list[str]]:
+        series, left = [], []
+        for g in gpus:
+            points = [(t, r.get(g, [None, None])[i]) for t, r, _, _ in rows]
+            left += [(t, v) for t, v in points if v is not None and not drawable(v)]
+            series.append(Series(f"GPU {g}", [(t, v if drawable(v) else None) for t, v in points], colour[g]))
+        return series, left_out_note(sorted(left, key=lambda p: p[0]), t0, "sample")
 
+    mem, mem_notes = per_gpu(0)
+    mem_notes += [f"The baseline ({', '.join(mem_left)}) cannot be drawn: left out."] if mem_left else []
+    util, util_notes = per_gpu(1)
     common = {"t0": t0, "t1": t1, "marks": all_marks, "spans": spans}
     return [
         Chart("Throughput (the figure the log prints)", "figure / s", [Series("throughput", tp, THROUGHPUT)] if tp else [],
-              levels=levels, fmt=figure, empty="no throughput figures: set watch.throughput.pattern", **common),
-        Chart("GPU memory used", "MiB", per_gpu(0), levels=mem_levels, fmt=lambda v: f"{v:,.0f}", **common),
-        Chart("GPU utilisation", "%", per_gpu(1), y_max=100.0, fmt=lambda v: f"{v:.0f}", **common),
+              levels=levels, fmt=figure, empty="no throughput figures: set watch.throughput.pattern",
+              notes=left_out_note([(t, v) for t, v in tp if not drawable(v)], t0) + notes, **common),
+        Chart("GPU memory used", "MiB", mem, levels=mem_levels, fmt=lambda v: f"{v:,.0f}", notes=mem_notes, **common),
+        Chart("GPU utilisation", "%", util, y_max=100.0, fmt=lambda v: f"{v:.0f}", notes=util_notes, **common),
     ]
 
 
@@ -149,44 +202,28 @@ def summary_rows(rec: dict[str, Any], target: str, said: dict[str, Any]) -> list
     most = att.get("max_attempts") or (rec.get("telemetry") or {}).get("max_attempts") or n
     started = _num(rec.get("training_started"))
     t0, t1 = _span(rec)
-    warm = ", ".join(f"GPU {w['gpu']} {_num(w.get('seconds')) or 0:.1f} s" for w in rec.get("warmups") or []) or "-"
+    warm = ", ".join(f"GPU {words(w.get('gpu'))} {_num(w.get('seconds')) or 0:.1f} s" for w in rec.get("warmups") or []
+                     if isinstance(w, dict)) or "-"
     rows = [
-        ("outcome", str(outcome)), ("exit code", "-" if code is None else str(code)),
-        ("rule", str(rule or "-")),
-        ("stopped by", job_stop_words(rec.get("abort")) or str(prof.get("by") or (rec.get("abort") or {}).get("by") or "-")),
-        ("attempts", f"{n} of {most}"),
+        ("outcome", words(outcome)), ("exit code", "-" if code is None else words(code)),
+        ("rule", words(rule or "-")),
+        ("stopped by", job_stop_words(rec.get("abort")) or words(prof.get("by") or (rec.get("abort") or {}).get("by") or "-")),
+        ("attempts", f"{words(n)} of {words(most)}"),
         ("duration", _seconds(prof.get("duration_s") if prof.get("duration_s") is not None else t1 - t0)),
         ("warmup", warm),
         ("training", _seconds(t1 - started) if started is not None else "never started"),
         ("target", target + (f" (CT {meta['ctid']})" if meta.get("ctid") else "")
          + (f", {node_words(meta.get('job'))} of one torchrun job" if node_words(meta.get("job")) else "")),
-        ("command", str(meta.get("command") or "-")),
-        ("run id", str(rec.get("run") or "-")), ("playbook", str(meta.get("playbook") or prof.get("playbook") or "-")),
-        ("session", str(meta.get("session") or "-")),
-        ("started", str(meta.get("started_at") or prof.get("started") or "-")), ("ended", str(prof.get("ended") or "-")),
-        ("command exit status", "-" if prof.get("command_exit_code") is None else str(prof["command_exit_code"])),
-        ("findings", ", ".join(prof.get("findings") or []) or "none"),
+        ("command", words(meta.get("command") or "-")),
+        ("run id", words(rec.get("run") or "-")), ("playbook", words(meta.get("playbook") or prof.get("playbook") or "-")),
+        ("session", words(meta.get("session") or "-")),
+        ("started", words(meta.get("started_at") or prof.get("started") or "-")), ("ended", words(prof.get("ended") or "-")),
+        ("command exit status", "-" if prof.get("command_exit_code") is None else words(prof["command_exit_code"])),
+        ("findings", words(prof.get("findings") or "none")),
     ]
     if rec.get("session_alive"):
         rows.insert(1, ("state", "still running when this report was written"))
     return rows
-
-
-def _detail(ev: dict[str, Any]) -> str:
-    kind = ev.get("event")
-    if kind == "match":
-        return f"{ev.get('action')}: rule {ev.get('rule')}: {ev.get('line') or ev.get('description') or ''}"
-    if kind == "note":
-        return str(ev.get("message") or "")
-    if kind == "restart":
-        return (f"attempt {ev.get('attempt')} of {ev.get('max_attempts')} after {ev.get('after')}"
-                + (", with the compile guard" if ev.get("compile_guard") else ""))
-    if kind == "aborted":
-        return f"stopped in {ev.get('seconds')} s; survivors: {ev.get('survivors') or 'none'}"
-    if kind == "events_left_out":
-        return f"{ev.get('count')} more events are in events.jsonl"
-    shown = {k: v for k, v in ev.items() if k not in ("event", "ts", "schema_version", "by", "gpus", "advice")}
-    return ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
 def story(rec: dict[str, Any], target: str, said: dict[str, Any], mask: Callable[[str], str]) -> Story:
@@ -201,8 +238,8 @@ def story(rec: dict[str, Any], target: str, said: dict[str, Any], mask: Callable
             if a.get("excerpt"):
                 excerpt = f"(attempt {a.get('attempt')}) " + str(a["excerpt"])
                 break
-    happened = [(clock(max(0.0, (_num(e.get("ts")) or t0) - t0), tenths=True), str(e.get("event")), _detail(e))
-                for e in rec.get("events") or []]
-    summary = said.get("stacks") or abort.get("stacks") or []
+    happened = [(clock(max(0.0, (_num(e.get("ts")) or t0) - t0), tenths=True), name(e), detail(e))
+                for e in rec.get("events") or [] if isinstance(e, dict)]
+    summary = said.get("stacks") or abort.get("stacks")
     return Story(str(rec.get("run") or "?"), target, summary_rows(rec, target, said), excerpt, charts(rec), happened,
-                 rec.get("stacks") or [], summary if isinstance(summary, list) else [])
+                 attempts(rec, summary if isinstance(summary, list) else None))

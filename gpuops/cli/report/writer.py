@@ -52,7 +52,11 @@ def build(sections: list[tuple[str, dict[str, Any] | None, dict[str, Any], str, 
     out = []
     for target, record, said, message, missing, mask in sections:
         if record is not None:
-            out.append(Section(target, story(record, target, said, mask)))
+            try:
+                out.append(Section(target, story(record, target, said, mask)))
+            except Exception as exc:  # noqa: BLE001 - a record this report cannot draw costs its section, not the page
+                outcome = said.get("outcome") or (record.get("profile") or {}).get("outcome") or ""
+                out.append(Section(target, None, "", (str(outcome), mask(message)), undrawn=mask(f"{type(exc).__name__}: {exc}")))
         else:
             out.append(Section(target, None, mask(missing), (str(said.get("outcome") or ""), mask(message))))
     return page(out, command)
@@ -118,9 +122,17 @@ class HtmlReport:
                 t.missing = f"{type(err).__name__}: {err}"
         sections = [(name, t.record, t.said, t.message, t.missing, t.job.mask) for name, t in self.targets.items()]
         try:
+            text = build(sections, f"gpuops {self.command}")
+        except Exception as err:  # noqa: BLE001 - the report never changes the run's exit code
+            said = f"{type(err).__name__}: {err}"
+            for t in self.targets.values():
+                said = t.job.mask(said)
+            sys.stderr.write(f"gpuops: warning: the run's report could not be drawn ({said}); {self.path} not written\n")
+            return
+        try:
             from gpuops.cli.report.page import write
 
-            write(self.path, build(sections, f"gpuops {self.command}"))
+            write(self.path, text)
             if self.say and self.targets:
                 from gpuops.cli import style
 
