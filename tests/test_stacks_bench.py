@@ -5,7 +5,8 @@ What a user notices: a deadlocked trainer stalls (exit 8) and its summary carrie
 training loop and the run then ends normally with every step logged; each attempt sees
 GPUOPS_ATTEMPT / GPUOPS_MAX_ATTEMPTS / GPUOPS_RESTART_AFTER, the restarted one runs restart.command;
 a trainer with its own SIGUSR1 handler keeps it, and its stacks still come; with py-spy there, the
-stacks come through py-spy.
+stacks come through py-spy; a trainer that closed every descriptor and reopened its checkpoint keeps
+the checkpoint byte for byte through a stall's stacks, and the stacks record says why it was skipped.
 """
 
 from __future__ import annotations
