@@ -103,7 +103,7 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
 
 def _stopped(job: Job, run_id: str) -> bool:
     """`gpuops stop` ended the launch: the abort record it claimed is there. Never read from the warmup's
-    exit status or output: a warmup may exit 86 or print `@@gpuops stopped` itself."""
+    exit status or output: a warmup may exit 86 (p.STOPPED_EXIT) or print the `stopped` mark itself."""
     info = run_info(job, run_id)
     return info is not None and info.abort is not None
 
