@@ -329,6 +329,27 @@ def test_logs_follow_on_a_launch_whose_warmup_fails_exits_5(ct: Ct) -> None:
     assert not ct.session_alive() and ct.gpu_memory() == {g: 0 for g in GPUS}
 
 
+WARMUPS_THAT_LOOK_STOPPED = {"echo compiling; exit 86": (86, "compiling"),
+                             "echo '@@gpuops stopped'; exit 3": (3, "@@gpuops stopped")}
+
+
+def test_a_warmup_that_exits_86_or_prints_the_stop_line_is_a_failed_warmup_not_a_stop(ct: Ct) -> None:
+    """`stopped` is what `gpuops stop` recorded (abort.json), never the warmup's own exit status or output."""
+    playbook = ct.playbook(trainer("steps"))
+    for command, (code, line) in WARMUPS_THAT_LOOK_STOPPED.items():
+        data = yaml.safe_load(playbook.read_text())
+        data["warmup"] = {"gpus": [5], "command": command}
+        playbook.write_text(yaml.safe_dump(data, sort_keys=False))
+        result = ct.gpuops("launch", "--json")
+        assert result.code == 5, (command, result)
+        summary = result.events()[-1]
+        assert f"warmup on GPU 5 exited with code {code}" in summary["message"], (command, summary["message"])
+        assert summary["output_tail"] == [line], (command, summary)
+        assert not (ct.run_dir() / "abort.json").exists() and not ct.session_alive(), command
+        (row, *_) = ct.gpuops("runs", "--json").events()
+        assert (row["outcome"], row["exit_code"]) == ("not-started", 5), (command, row)
+
+
 def test_a_host_key_unknown_after_a_reconnect_fails_at_once_with_3(ct: Ct) -> None:
     # The follower reconnects after a drop; a host key it does not know then is no transient error
     # to retry for 900 s (it was told apart by the substring "HOST KEY"), but exit 3 at once.

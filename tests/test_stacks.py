@@ -62,11 +62,11 @@ def run_dir(tmp_path: Path) -> Path:
     return d
 
 
-def start(run_dir: Path, code: str, **env: str) -> subprocess.Popen:
+def start(run_dir: Path, code: str, argv: tuple[str, ...] | list[str] = (), **env: str) -> subprocess.Popen:
     """A Python process of the run, as run.sh starts it (marker, run dir, gpuops' folder first on PYTHONPATH)."""
     full = {**os.environ, "GPUOPS_RUN_ID": run_dir.name, "GPUOPS_RUN_DIR": str(run_dir),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHONPATH), env.pop("PYTHONPATH", "")])), **env}
-    return subprocess.Popen([sys.executable, "-u", "-c", code], env=full, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-u", "-c", code, *argv], env=full, stdout=subprocess.PIPE, text=True)
 
 
 def registered(run_dir: Path, pid: int) -> int:
@@ -128,6 +128,36 @@ child_waits() if child == 0 else parent_waits()
     finally:
         for r in stacks.python_pids(str(run_dir / "stacks"), run_dir.name):
             os.kill(r, signal.SIGKILL)
+        proc.wait()
+
+
+DUP2_OVER_THE_STACK_FILE = """
+import os, sys, time
+ours = os.environ["GPUOPS_RUN_DIR"] + "/stacks/%d.fault" % os.getpid()
+(fd,) = [int(n) for n in os.listdir("/proc/self/fd") if os.path.realpath("/proc/self/fd/" + n) == os.path.realpath(ours)]
+ckpt = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(ckpt, b"weights\\n" * 100)
+os.dup2(ckpt, fd)  # the training's checkpoint now sits on the number gpuops' faulthandler writes to
+print(fd, flush=True)
+def hangs_with_the_checkpoint_on_that_number():
+    time.sleep(60)
+hangs_with_the_checkpoint_on_that_number()
+"""
+
+
+def test_a_training_that_dup2s_its_checkpoint_over_gpuops_descriptor_is_skipped_and_its_file_kept(
+        run_dir: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt.pt"
+    proc = start(run_dir, DUP2_OVER_THE_STACK_FILE, argv=[str(checkpoint)])
+    try:
+        fd = int(proc.stdout.readline())
+        (row,) = stacks.take(str(run_dir), run_dir.name, wait=1.0)
+        assert row["file"] is None and row["via"] == "faulthandler", row
+        assert row["error"] == (f"not signalled: gpuops' stack file descriptor {fd} is now {checkpoint} in the process "
+                                "(it closed the stack file and reused the number): no dump written into it"), row
+        assert checkpoint.read_bytes() == b"weights\n" * 100
+    finally:
+        proc.kill()
         proc.wait()
 
 

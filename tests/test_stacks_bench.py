@@ -5,7 +5,8 @@ What a user notices: a deadlocked trainer stalls (exit 8) and its summary carrie
 training loop and the run then ends normally with every step logged; each attempt sees
 GPUOPS_ATTEMPT / GPUOPS_MAX_ATTEMPTS / GPUOPS_RESTART_AFTER, the restarted one runs restart.command;
 a trainer with its own SIGUSR1 handler keeps it, and its stacks still come; with py-spy there, the
-stacks come through py-spy.
+stacks come through py-spy; a trainer that closed every descriptor and reopened its checkpoint keeps
+the checkpoint byte for byte through a stall's stacks, and the stacks record says why it was skipped.
 """
 
 from __future__ import annotations
@@ -120,3 +121,18 @@ def test_with_py_spy_on_the_trainers_path_the_stacks_come_through_it(ct: Ct) -> 
     assert entry["via"] == "py-spy", entry
     text = (ct.run_dir() / entry["file"]).read_text()
     assert "take_first_then_second" in text and "take_second_then_first" in text
+
+
+def test_a_trainer_that_closed_its_fds_keeps_its_checkpoint_intact_through_a_stalls_stacks(ct: Ct) -> None:
+    checkpoint, content = ct.tmp / "checkpoint.pt", "weights of step 1\n" * 64
+    with_watch(ct, python("daemon_checkpoint.py", str(checkpoint), content), stall=3)
+    result = ct.gpuops("launch", "--json")
+    assert result.code == 8, result
+    assert "checkpoint saved on fd 3" in ct.log().decode()
+    assert checkpoint.read_text() == content  # byte for byte: no stack dump written into it
+    (entry,) = result.events()[-1]["stacks"]
+    assert entry["file"] is None and "not signalled: the process closed gpuops' stack file" in entry["error"], entry
+    assert "not signalled" in result.events()[-1]["message"], result.events()[-1]
+    shown = ct.gpuops("logs", "--stacks")
+    assert shown.code == 0 and f"pid {entry['pid']}: no stacks (not signalled" in shown.text, shown
+    ct.assert_run_gone()

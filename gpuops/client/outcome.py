@@ -96,9 +96,11 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
                    f"{record.get('command_exit_code')}); the run is over: its session is gone, nothing of it is left")
     else:
         message = f"run {run_id} aborted: rule '{rule}' matched (stopped by {who}): {record.get('line')}"
-    kept = [st for st in done.get("stacks") or [] if isinstance(st, dict) and st.get("file")]
+    rows = [st for st in done.get("stacks") or [] if isinstance(st, dict)]
+    kept = [st for st in rows if st.get("file")]
     if kept:
         message += f"; thread stacks of {len(kept)} Python process(es) recorded before the signal (gpuops logs --stacks)"
+    message += "".join(f"; no stacks of pid {st.get('pid')} ({st.get('error') or 'no answer'})" for st in rows if not st.get("file"))
     return Outcome(name, code if code is not None else ExitCode.ABORTED, message, data)
 
 

@@ -12,6 +12,7 @@ from gpuops.client.runspec import meta
 from gpuops.client.uninterruptible import shielded
 from gpuops.client.events import Event
 from gpuops.client.job import Job
+from gpuops.client.outcome import run_info
 from gpuops.agent.wire import protocol as p
 
 TAIL_LINES = 30
@@ -84,7 +85,6 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
         lost = code is not None and code < 0 and warmup.connection_lost()
     finally:
         warmup.close()
-    stopped = warmup.stopped
     if code == 0:
         return
     if lost:
@@ -94,11 +94,18 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
             job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
             "training was not started", hint="check the network to the host, then launch again")
     _kill(job, run_id, gpu)
-    if stopped or code == p.STOPPED_EXIT:
+    if _stopped(job, run_id):
         raise RunStopped(f"{job.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
     if code is None:
         raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
     raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
+
+
+def _stopped(job: Job, run_id: str) -> bool:
+    """`gpuops stop` ended the launch: the abort record it claimed is there. Never read from the warmup's
+    exit status or output: a warmup may exit 86 (p.STOPPED_EXIT) or print the `stopped` mark itself."""
+    info = run_info(job, run_id)
+    return info is not None and info.abort is not None
 
 
 def stop_warmup(job: Job, run_id: str, durations: dict[str, float]) -> None:

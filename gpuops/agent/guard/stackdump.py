@@ -4,10 +4,18 @@ Loaded by pythonpath/sitecustomize.py in every Python process of the warmup and 
 without the compile guard), where the run directory has a ``stacks/`` folder (watch.stacks is not
 off). It picks a real-time signal that nothing in the process catches, blocks or ignores, opens
 ``stacks/<pid>.fault`` (faulthandler needs its file open when it registers), registers
-``faulthandler`` on that signal for all threads, and writes the signal with the process's start
-tick to ``stacks/<pid>.signal`` so the watchdog knows what to send (and that the pid is still this
-process). Nothing else changes: a training that later sets a handler on that very signal gets it,
+``faulthandler`` on that signal for all threads, and writes the signal, the process's start tick and
+the descriptor to ``stacks/<pid>.signal`` so the watchdog knows what to send (and that the pid is still
+this process). Nothing else changes: a training that later sets a handler on that very signal gets it,
 and gpuops moves to another free one; a forked child registers for its own pid.
+
+The descriptor is one the training will not be handed back: the file is moved to the lowest free one
+at or above HIGH_FD (close-on-exec, so an exec'd child does not inherit it; a forked child gets its
+own file and closes the parent's copy where it still is that file). A training that closes every
+descriptor (a daemon's ``os.closerange``) or ``dup2``s over it leaves faulthandler's number pointing
+elsewhere: the watchdog checks ``/proc/<pid>/fd/<fd>`` against the stack file before each signal and
+skips the process, saying so, where they differ (run/stacks.py), so a dump never lands in a
+training's own file.
 """
 
 from __future__ import annotations
@@ -16,11 +24,16 @@ import faulthandler
 import functools
 import os
 import signal
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..wire.stackfile import FAULT_SUFFIX, SIGNAL_SUFFIX, STACKS, name
+from ..wire.stackfile import FAULT_SUFFIX, SIGNAL_SUFFIX, STACKS, Registration, name, registration_text
 
-_state: Dict[str, Any] = {"signum": 0, "file": None, "folder": "", "moved": 0}
+#: The stack file's descriptor is the lowest free one from here (three quarters of a soft RLIMIT_NOFILE
+#: below 1009): far above what a training that closed its descriptors opens next (0, 1, 2, 3 ...).
+HIGH_FD = 1000
+
+# fd: faulthandler's descriptor; ident: (st_dev, st_ino) of the stack file it was opened on.
+_state: Dict[str, Any] = {"signum": 0, "fd": -1, "ident": None, "folder": "", "moved": 0}
 
 
 def _sigmask(field: str) -> int:
@@ -65,28 +78,82 @@ def _start_tick() -> str:
         return "0"
 
 
-def _register(folder: str) -> None:
+def _high() -> int:
+    """Where the stack file's descriptor goes: HIGH_FD, or lower where the soft descriptor limit is."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return HIGH_FD
+    if soft < 0 or soft > HIGH_FD + 8:  # RLIM_INFINITY is -1; 1024, the usual soft limit, keeps HIGH_FD
+        return HIGH_FD
+    return max(3, soft * 3 // 4)
+
+
+def _open(folder: str, pid: int) -> Tuple[int, Tuple[int, int]]:
+    """stacks/<pid>.fault opened for appending on a high, close-on-exec descriptor; its (dev, inode)."""
+    low = os.open(os.path.join(folder, name(pid, FAULT_SUFFIX)), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = low
+    try:
+        import fcntl
+
+        fd = fcntl.fcntl(low, getattr(fcntl, "F_DUPFD_CLOEXEC", fcntl.F_DUPFD), _high())
+        os.set_inheritable(fd, False)
+        os.close(low)
+    except (ImportError, OSError):
+        pass  # no free descriptor up there: the low one, which the watchdog checks before each signal as any
+    st = os.fstat(fd)
+    return fd, (st.st_dev, st.st_ino)
+
+
+def _still_ours() -> bool:
+    """The descriptor in _state is still the stack file it was opened on (the training may have closed or
+    replaced it since)."""
+    if _state["fd"] < 0 or _state["ident"] is None:
+        return False
+    try:
+        st = os.fstat(_state["fd"])
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == _state["ident"]
+
+
+def _release() -> None:
+    """Close gpuops' descriptor, only where it still is gpuops' stack file (never a training's file that
+    took its number)."""
+    if _still_ours():
+        os.close(_state["fd"])
+    _state["fd"], _state["ident"] = -1, None
+
+
+def _register(folder: str, reopen: bool = False) -> None:
+    """faulthandler on a free signal, writing to this pid's stack file (opened again where `reopen`, or
+    where the descriptor is no longer the stack file); the record the watchdog reads."""
     signum = pick()
     if signum is None:
         return
     pid = os.getpid()
-    fh = open(os.path.join(folder, name(pid, FAULT_SUFFIX)), "a")
-    faulthandler.register(signum, file=fh, all_threads=True, chain=False)
-    old, _state["file"], _state["signum"] = _state["file"], fh, signum
-    if old is not None:
-        old.close()
+    if reopen or not _still_ours():
+        fd, ident = _open(folder, pid)
+        _release()
+        _state["fd"], _state["ident"] = fd, ident
+    faulthandler.register(signum, file=_state["fd"], all_threads=True, chain=False)
+    _state["signum"] = signum
     record = os.path.join(folder, name(pid, SIGNAL_SUFFIX))
     with open(record + ".tmp", "w") as out:
-        out.write("%d %s\n" % (signum, _start_tick()))
+        out.write(registration_text(Registration(signum, _start_tick(), _state["fd"])))
     os.replace(record + ".tmp", record)
 
 
 def _in_child() -> None:
-    """A forked child inherits the handler and the parent's file: it registers for its own pid."""
+    """A forked child inherits the handler and the parent's file: it registers for its own pid, on a file of
+    its own (the parent's descriptor closed where it still is the parent's stack file)."""
     if _state["signum"]:
         faulthandler.unregister(_state["signum"])
+        _state["signum"] = 0
     try:
-        _register(_state["folder"])
+        _register(_state["folder"], reopen=True)
     except OSError:
         pass
 

@@ -2,8 +2,10 @@
 
 Through ``py-spy dump --native`` where py-spy is on the watchdog's PATH or the process's own,
 else through the faulthandler gpuops registered in the process (guard/stackdump.py): its signal,
-read from stacks/<pid>.signal, sent only where the process's start tick still matches and the
-process catches it (an uncaught real-time signal would kill it). Bounded: a process that does not
+read from stacks/<pid>.signal, sent only where the process's start tick still matches, the
+process catches it (an uncaught real-time signal would kill it), and the descriptor faulthandler
+writes to still is stacks/<pid>.fault (a training that closed its descriptors may have reopened that
+number on its own checkpoint: that process is skipped, its row saying why). Bounded: a process that does not
 answer within WAIT seconds is noted and the caller goes on. The abort sequence calls ``take``
 before its signal (watch.stacks); ``python3 -m gpuops_agent stacks RUN_ID [recorded]`` prints
 them now, or as last recorded, one ``stacks`` marker per process.
@@ -95,19 +97,54 @@ def _header(pid: int, via: str) -> str:
         pid, via, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _cmdline(pid)[:300])
 
 
-def _signal_of(folder: str, pid: int) -> Optional[int]:
-    """The faulthandler signal the process registered, if the record is this process's and it catches it."""
+def _signal_of(folder: str, pid: int) -> Tuple[Optional[int], str]:
+    """(the faulthandler signal to send, "") where the process may be signalled; else (None, why not):
+    why is "" where gpuops' faulthandler is not there (no record of this process, or it does not catch
+    the signal), words where it is there but its descriptor is no longer the stack file."""
     try:
         with open(os.path.join(folder, sf.name(pid, sf.SIGNAL_SUFFIX))) as fh:
-            signum, tick = fh.read().split()[:2]
+            reg = sf.read_registration(fh.read(256))
+        if reg is None:
+            return None, ""
         with open("/proc/%d/stat" % pid, "rb") as fh:
-            if fh.read(4096).rsplit(b")", 1)[-1].split()[19].decode() != tick:
-                return None  # the pid was reused
+            if fh.read(4096).rsplit(b")", 1)[-1].split()[19].decode() != reg.tick:
+                return None, ""  # the pid was reused
         with open("/proc/%d/status" % pid) as fh:
             caught = next(int(ln.split()[1], 16) for ln in fh if ln.startswith("SigCgt:"))
     except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return int(signum) if caught & (1 << (int(signum) - 1)) else None
+        return None, ""
+    if not caught & (1 << (reg.signum - 1)):
+        return None, ""
+    why = _not_the_stack_file(folder, pid, reg.fd)
+    return (None, why) if why else (reg.signum, "")
+
+
+def _not_the_stack_file(folder: str, pid: int, fd: Optional[int]) -> str:
+    """Why faulthandler's descriptor in the process is not (or cannot be shown to be) stacks/<pid>.fault;
+    "" where it is. A dump through it would land in whatever file the training has on that number."""
+    said = "not signalled: "
+    if fd is None:
+        return said + "its record names no stack file descriptor to check"
+    path = os.path.join(folder, sf.name(pid, sf.FAULT_SUFFIX))
+    link = "/proc/%d/fd/%d" % (pid, fd)
+    try:
+        want = os.stat(path)
+    except OSError:
+        return said + "its stack file %s is gone" % sf.name(pid, sf.FAULT_SUFFIX)
+    try:
+        got = os.stat(link)
+    except FileNotFoundError:
+        return said + "the process closed gpuops' stack file descriptor %d" % fd
+    except OSError as exc:
+        return said + "gpuops' stack file descriptor %d cannot be checked (%s)" % (fd, exc.strerror)
+    if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
+        return ""
+    try:
+        now = os.readlink(link)
+    except OSError:
+        now = "another file"
+    return said + ("gpuops' stack file descriptor %d is now %s in the process (it closed the stack file and "
+                   "reused the number): no dump written into it" % (fd, now[:300]))
 
 
 def _write(folder: str, pid: int, via: str, text: str) -> Dict[str, Any]:
@@ -147,13 +184,18 @@ def _size(path: str) -> int:
         return -1
 
 
-def _by_faulthandler(folder: str, pids: List[int], deadline: float) -> Dict[int, Dict[str, Any]]:
-    """Each registered pid's signal sent at once; its dump read once its file stops growing."""
+def _by_faulthandler(folder: str, pids: List[int], deadline: float
+                     ) -> Tuple[Dict[int, Dict[str, Any]], Dict[int, str]]:
+    """Each registered pid's signal sent at once (where its descriptor still is its stack file); its dump
+    read once its file stops growing. Returns the dumps and, for each pid skipped, why."""
     sent: Dict[int, Tuple[str, int]] = {}
+    skipped: Dict[int, str] = {}
     for pid in pids:
-        signum = _signal_of(folder, pid)
+        signum, why = _signal_of(folder, pid)
         path = os.path.join(folder, sf.name(pid, sf.FAULT_SUFFIX))
         before = _size(path)
+        if why:
+            skipped[pid] = why
         if signum is None or before < 0:
             continue
         try:
@@ -175,7 +217,7 @@ def _by_faulthandler(folder: str, pids: List[int], deadline: float) -> Dict[int,
             elif size > before and grown.get(pid, (None,))[0] != size:
                 grown[pid] = (size, now)
         time.sleep(POLL)
-    return done
+    return done, skipped
 
 
 def _tidy(folder: str) -> None:
@@ -205,14 +247,17 @@ def take(d: str, run_id: str, wait: float = WAIT) -> List[Dict[str, Any]]:
     deadline = time.monotonic() + wait
     done = _by_pyspy(folder, pids, deadline)
     # Those py-spy could not do get their faulthandler's time of their own, however long py-spy took.
-    done.update(_by_faulthandler(folder, [pid for pid in pids if pid not in done], max(deadline, time.monotonic() + wait / 2)))
+    by_fh, skipped = _by_faulthandler(folder, [pid for pid in pids if pid not in done],
+                                      max(deadline, time.monotonic() + wait / 2))
+    done.update(by_fh)
     out = []
     for pid in pids:
         if pid in done:
             out.append(done[pid])
             continue
-        via = sf.VIA_FAULTHANDLER if _signal_of(folder, pid) is not None else (sf.VIA_PYSPY if pyspy_for(pid) else None)
-        why = ("no answer within %gs" % wait) if via else "neither py-spy nor gpuops' faulthandler is there"
+        registered = pid in skipped or _signal_of(folder, pid)[0] is not None
+        via = sf.VIA_FAULTHANDLER if registered else (sf.VIA_PYSPY if pyspy_for(pid) else None)
+        why = skipped.get(pid) or (("no answer within %gs" % wait) if via else "neither py-spy nor gpuops' faulthandler is there")
         out.append({"pid": pid, "file": None, "threads": 0, "via": via, "error": why})
     return out
 

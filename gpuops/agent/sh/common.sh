@@ -9,9 +9,11 @@ run_dir() {
   [ -d "$D" ] || { echo "gpuops: no run directory $D" >&2; exit 2; }
 }
 
-# stopped_check: `gpuops stop` during a launch claimed abort.json: say so and end before anything starts.
+# stopped_check: `gpuops stop` during a launch claimed abort.json: end before anything (more) starts. Exit 86
+# is for a person reading: the client reads the stop from abort.json itself, since a warmup may print any
+# line and exit with any status.
 stopped_check() {
-  if [ -f "$D/abort.json" ]; then echo "@@gpuops stopped"; exit 86; fi
+  if [ -f "$D/abort.json" ]; then exit 86; fi
 }
 
 # enter_workdir: cd as the playbook says ($D/workdir: empty = home, ~ and ~/... = the home, a

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU's warmup in the foreground, its output streamed back and kept in warmup-<gpu>.log; the
-# exit code is the warmup's. `gpuops stop` during the launch ends it before or after (exit 86).
+# exit code is the warmup's. `gpuops stop` during the launch ends it before or after (exit 86; the client
+# reads the stop from abort.json, not from this status, which the warmup can exit with too).
 # Usage: warmup.sh RUN_ID GPU COMMAND   (COMMAND has {gpu} replaced already)
 set -u
 # shellcheck source=SCRIPTDIR/common.sh

@@ -22,7 +22,7 @@ MARKS = frozenset({
     "guard_counts", "pct_exec_rc", "pct_rc",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
-    # kill_marked.sh, abort, start, warmup.sh
+    # kill_marked.sh, abort, start
     "killed", "survivors", "session-gone", "gpus-after", "stopped", "session-exists", "started", "watchdog-failed",
     "aborted", "already", "claimed", "prepared", "recorded",
     # stacks
@@ -32,7 +32,8 @@ MARKS = frozenset({
 })
 #: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
 NEED_LIB_EXIT = 97
-#: Exit status of warmup.sh / start when `gpuops stop` ended the launch before training started.
+#: Exit status of warmup.sh / start when `gpuops stop` ended the launch before training started. Start's
+#: `stopped` mark says so; of a warmup, only abort.json does (the warmup may exit 86 itself).
 STOPPED_EXIT = 86
 #: Exit status of a tool that cannot create its folders or records under ~/.gpuops (lock.sh, prepare, record,
 #: the copy of gpuops' files): the target user's home is not writable.
@@ -177,13 +178,6 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
         size, _, mtime = value.partition(" ")
         state.run.log_size, state.run.log_mtime = int(size), float(mtime)
 
-
-def said_stopped(line: bytes) -> bool:
-    """warmup.sh's (and start's) line saying `gpuops stop` ended the launch before training started."""
-    return line == _STOPPED_LINE
-
-
-_STOPPED_LINE = (MARK + "stopped").encode()
 
 #: lock.sh prints this line once it holds the locks (a probe taken under them comes before it).
 LOCKED_OK_LINE = ("\n" + MARK + "locked-ok\n").encode()

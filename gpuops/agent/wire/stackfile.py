@@ -8,10 +8,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, NamedTuple, Optional
 
 STACKS = "stacks"  # the folder, in the run directory
-#: stacks/<pid>.signal: the signal number gpuops' faulthandler listens on in that process.
+#: stacks/<pid>.signal: the signal gpuops' faulthandler listens on in that process, the process's start
+#: tick, and the descriptor faulthandler writes to (see Registration).
 SIGNAL_SUFFIX = ".signal"
 #: stacks/<pid>.fault: what faulthandler appends to (it needs its file open from the start).
 FAULT_SUFFIX = ".fault"
@@ -33,6 +34,29 @@ _PS_FRAME = re.compile(r"^ {4}(\S.*?) \((.*?)(?::(\d+))?\)$")
 def name(pid: int, suffix: str) -> str:
     """A record's name inside stacks/."""
     return "%d%s" % (pid, suffix)
+
+
+class Registration(NamedTuple):
+    """stacks/<pid>.signal: what the process registered. `fd` is the descriptor faulthandler writes its dump
+    to, which must still be stacks/<pid>.fault when the watchdog signals (None: a record that names none)."""
+
+    signum: int
+    tick: str  # the process's start time in clock ticks (/proc/<pid>/stat field 22): the pid is still it
+    fd: Optional[int]
+
+
+def registration_text(reg: Registration) -> str:
+    return "%d %s %d\n" % (reg.signum, reg.tick, -1 if reg.fd is None else reg.fd)
+
+
+def read_registration(text: str) -> Optional[Registration]:
+    """A .signal record's fields; None where it is not one (torn, garbled)."""
+    parts = text.split()
+    try:
+        fd = int(parts[2]) if len(parts) > 2 else -1
+        return Registration(int(parts[0]), parts[1], fd if fd >= 0 else None)
+    except (IndexError, ValueError):
+        return None
 
 
 def parse(text: str) -> List[Dict[str, Any]]:

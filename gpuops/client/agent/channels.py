@@ -77,12 +77,12 @@ class LockChannel:
 
 
 class WarmupChannel:
-    """warmup.sh, running: its output line by line, and whether `gpuops stop` ended it."""
+    """warmup.sh, running: its output line by line, every line the warmup's own (whether `gpuops stop` ended
+    it is read from the run's abort record, never from what the warmup printed or its exit status)."""
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
         self._pending = b""
-        self.stopped = False  # the tool said a stop ended the launch
         self.ended = False  # its output is over (wait() gives its exit code)
 
     def lines(self, timeout: float) -> list[str] | None:
@@ -95,13 +95,7 @@ class WarmupChannel:
             return []
         self._pending += chunk
         *lines, self._pending = self._pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        out = []
-        for raw in lines:
-            if p.said_stopped(raw):
-                self.stopped = True
-            else:
-                out.append(raw.decode("utf-8", "replace"))
-        return out
+        return [raw.decode("utf-8", "replace") for raw in lines]
 
     def rest(self) -> str | None:
         """A last line without its newline, if any."""
