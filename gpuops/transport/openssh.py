@@ -62,7 +62,8 @@ class OpenSshTransport(Connecting):
     # -- connection ------------------------------------------------------------------
 
     def _active(self) -> bool:
-        return self._conn is not None and (not self._conn.plan.control_path or master_alive(self._conn.plan.control_path))
+        path = self._conn.plan.control_path if self._conn is not None else None
+        return path is not None and (not path or master_alive(path))
 
     def _made(self, conn: Any) -> int:
         return 1 if conn.new else 0

@@ -168,8 +168,10 @@ def _control(found: Resolved, hops: list[Hop], folder: str, ssh: str, args: list
 
 
 def _fits(path: str) -> bool:
-    """A socket path ssh can bind (it binds PATH.<16 random characters> first, then renames it)."""
-    return len(path.encode("utf-8", "surrogateescape")) + SOCKET_SUFFIX < SUN_PATH
+    """A socket path ssh can bind: short enough (it binds PATH.<16 random characters> first, then renames it),
+    in a folder that exists (ssh makes none)."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    return size + SOCKET_SUFFIX < SUN_PATH and os.path.isdir(os.path.dirname(path))
 
 
 def _as_strict(found: Resolved, hops: list[Hop]) -> bool:

@@ -46,7 +46,8 @@ def control_dir(label: str) -> ControlDir:
             except UnsafeFolder as exc:
                 refused[folder] = str(exc)
     why = ("; ".join(f"not {folder}: {reason}" for folder, reason in refused.items()) if refused else
-           f"no folder for its socket is short enough ({', '.join(choices)}: a socket's path fits {SOCKET_LIMIT} bytes)")
+           f"no folder for its socket is short enough ({', '.join(choices)}: a socket's path fits "
+           f"{SOCKET_LIMIT} bytes)")
     for folder in choices:
         if folder in refused:
             continue

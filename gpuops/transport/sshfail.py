@@ -55,6 +55,7 @@ _AGENT = re.compile(r"get_agent_identities: ssh_get_authentication_socket: (.+)"
 _AGENT_LIST = re.compile(r"get_agent_identities: ssh_fetch_identitylist: (.+)")
 _ACCEPTED = re.compile(r"Server accepts key: (.+?) (\S+) SHA256:\S+( explicit)?\s*$", re.M)
 _OFFERED_CERT = re.compile(r"Offering public key: (.+?) \S+-CERT ")
+_SOCKET_LONG = re.compile(r"(ControlPath too long \(.*\)|unix_listener: path .* too long for Unix domain socket)")
 _CONFIG = re.compile(r"(Bad owner or permissions on .+|.+: line \d+: Bad configuration option: .+|"
                      r"\S+: terminating, \d+ bad configuration options|Can't open user config file .+)")
 
@@ -118,6 +119,11 @@ def fingerprint(blob: bytes) -> str:
 
 
 def _config(said: str, hop: HopView) -> GpuopsError | None:
+    found = _SOCKET_LONG.search(said)
+    if found:
+        return SshFileError(hop.label, f"ssh cannot use its ControlMaster socket: {found.group(1)}",
+                            hint="shorten ControlPath in ~/.ssh/config (`ControlPath ~/.ssh/cm-%C` fits), or remove "
+                                 "it: gpuops then keeps its own master")
     found = _CONFIG.search(said)
     if not found:
         return None
