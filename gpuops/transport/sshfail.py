@@ -142,7 +142,8 @@ def _auth(said: str, hop: HopView) -> AuthError | None:
     if "keyboard-interactive" in methods and "publickey" not in methods.split(","):
         return AuthError(hop.label, f"{denied}: the host asks for a password or a second factor, and gpuops never "
                          "prompts", hint="open a ControlMaster yourself first (`ssh -M -fN HOST` with ControlPath in "
-                                         "~/.ssh/config): gpuops reuses it")
+                                         "~/.ssh/config): gpuops reuses it where that config checks the host "
+                                         "key as the inventory does (docs/security.md)")
     if agent:
         return AuthError(hop.label, f"{denied}: {agent}",
                          hint="start the agent (or the app that provides it) and load the key, or set IdentityAgent "
