@@ -96,7 +96,7 @@ def test_a_lax_master_of_the_users_is_no_way_around_the_known_hosts_the_inventor
     gpuops makes its own connection, checked against that file, and refuses the changed key (exit 3)."""
     sshd.rotate_host_key()  # known_hosts keeps the old key
     sock = tmp_path / "user-cm"
-    home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", f"ControlPath {sock}",
+    home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", f'ControlPath "{sock}"',
                                      "StrictHostKeyChecking no", "UserKnownHostsFile /dev/null"))
     opened = subprocess.run(["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "-M", "-fN",
                              "pve-alias"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -114,7 +114,7 @@ def test_a_controlpath_of_the_users_too_long_for_a_socket_leaves_gpuops_its_own_
     (exit 3, "check the address and port"); gpuops' own master, in its short folder, carries the commands."""
     long = tmp_path / ("c" * 100) / "%C"  # ssh expands %C to 40 hex digits
     home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", "ControlMaster auto",
-                                     f"ControlPath {long}", f"UserKnownHostsFile {sshd.known_hosts}"))
+                                     f'ControlPath "{long}"', f'UserKnownHostsFile "{sshd.known_hosts}"'))
     result = gpuops("status", "-v", "-i", str(alias_inventory(tmp_path, sshd)), env=env_of(home, runtime))
     assert result.code == 0 and "ct200: reachable via pve1, container 200 running" in result.text, result
     assert "gpuops: 1 SSH connection(s)" in result.err
