@@ -122,6 +122,9 @@ LOCAL_FAULTS: List[Tuple[str, Callable[[], Result]]] = [
         lf.test_ssh_files_never_go_under_a_temp_folder_another_user_made,
         "nothing put in their folder; 'not .../gpuops-0/cm: ... belongs to user ...'; status exit 0 without a master",
         bench=True)),
+    ("35.2 another user listens at the user's ControlPath in a shared folder", as_other(
+        lf.test_a_socket_another_user_serves_at_the_users_controlpath_is_never_used,
+        "their socket never connected to; gpuops' own master in its private folder; status exit 0", bench=True)),
     ("35.7 a link another user planted for the next crash file", as_other(
         lf.test_a_link_another_user_planted_for_the_crash_file_is_never_followed,
         "root's file untouched; the crash file 0600 in $TMPDIR/gpuops-0/crash (0700); one line, exit 1", patch=True)),

@@ -20,14 +20,42 @@ def private_folder(path: str) -> str:
     """`path` (absolute), made 0700 where missing, each folder above it one whose entries only this user and
     root can rename or remove (owned by one of them, and not writable by group or others unless sticky with
     the entry below it theirs); the folder itself this user's own real folder, 0700. Else UnsafeFolder."""
+    uid = os.getuid()
     try:
-        _walk(os.path.abspath(path), os.getuid())
+        folder, info = _walk(os.path.abspath(path), uid, make=True)
+        if info.st_uid != uid:
+            raise UnsafeFolder(f"{folder} belongs to {_who(info.st_uid)}, not to the user gpuops runs as")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.chmod(folder, 0o700)
     except OSError as exc:
         raise UnsafeFolder(f"cannot use {path}: {exc.strerror or exc}") from None
     return os.path.abspath(path)
 
 
-def _walk(path: str, uid: int) -> None:
+def unswappable(path: str) -> str:
+    """Why another user could swap the file at `path` (an ssh socket of the user's ControlPath) or serve one
+    there, or "": its folder and every folder above pass private_folder's checks without being made, and the
+    file, where it exists, is this user's. Nothing is made or changed."""
+    uid = os.getuid()
+    try:
+        folder, info = _walk(os.path.dirname(os.path.abspath(path)), uid, make=False)
+        _check_owner(folder, info, uid)
+        try:
+            entry = os.lstat(path)
+        except FileNotFoundError:
+            return ""
+        if entry.st_uid != uid:
+            return f"{path} belongs to {_who(entry.st_uid)}"
+        _check_parent(folder, path, entry, uid)
+    except UnsafeFolder as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot use {path}: {exc.strerror or exc}"
+    return ""
+
+
+def _walk(path: str, uid: int, *, make: bool) -> tuple[str, os.stat_result]:
+    """The real folder `path` names and its lstat, every step checked (and made where missing, with `make`)."""
     parts = _parts(path)
     cur, links = "/", 0
     _check_owner(cur, os.lstat(cur), uid)
@@ -37,7 +65,7 @@ def _walk(path: str, uid: int) -> None:
             cur = os.path.dirname(cur)
             continue
         child = os.path.join(cur, name)
-        info = _entry(child)
+        info = _entry(child) if make else os.lstat(child)
         if stat.S_ISLNK(info.st_mode) and parts:
             _check_parent(cur, child, info, uid)
             links += 1
@@ -54,11 +82,7 @@ def _walk(path: str, uid: int) -> None:
         if parts:
             _check_owner(child, info, uid)
         cur = child
-    info = os.lstat(cur)
-    if info.st_uid != uid:
-        raise UnsafeFolder(f"{cur} belongs to {_who(info.st_uid)}, not to the user gpuops runs as")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(cur, 0o700)
+    return cur, os.lstat(cur)
 
 
 def _parts(path: str) -> list[str]:

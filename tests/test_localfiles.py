@@ -126,6 +126,49 @@ def test_ssh_files_never_go_under_a_temp_folder_another_user_made(tmp_path: Path
     assert stat.S_IMODE(own.stat().st_mode) == 0o700 and not list(own.glob("ssh-*.log"))
 
 
+FAKE_MASTER = """import socket, sys
+sock = socket.socket(socket.AF_UNIX)
+sock.bind(sys.argv[1])
+sock.listen(8)
+print("listening", flush=True)
+while True:
+    conn, _ = sock.accept()
+    with open(sys.argv[2], "a") as mark:
+        mark.write("a connection\\n")
+    conn.close()
+"""
+
+
+def test_a_socket_another_user_serves_at_the_users_controlpath_is_never_used(tmp_path: Path, sshd: SshServer,
+                                                                              fake_proxmox: FakeProxmox,
+                                                                              other: OtherUser, shared: Path) -> None:
+    """The user's ~/.ssh/config puts ControlMaster sockets in a shared folder (`ControlPath /tmp/cm-%C` is a common
+    one): the other user listens there first, as a master would. gpuops neither connects to it nor puts its
+    own socket there; its own master, in its private folder, carries the commands."""
+    sock, mark = shared / "cm-pve", shared / "connections"
+    runtime = Path(tempfile.mkdtemp(prefix="gr-", dir="/tmp"))  # short: gpuops' own sockets fit there
+    listener = other.start("python3", "-c", FAKE_MASTER, str(sock), str(mark))
+    try:
+        assert listener.stdout is not None and listener.stdout.readline() == "listening\n"
+        home = tmp_path / "home"
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "config").write_text(
+            f"Host pve-alias\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+            f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n  ControlMaster auto\n"
+            f"  ControlPath {sock}\n")
+        inv = write_inventory(tmp_path / "inv.yaml", sshd)
+        inv.write_text(inv.read_text().replace(f"address: {sshd.host}", "address: pve-alias"))
+        result = gpuops("status", "-i", str(inv), env={"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime),
+                                                       "SSH_AUTH_SOCK": ""})
+        assert result.code == 0 and "ct200: reachable via pve1, container 200 running" in result.text, result
+        assert not mark.exists(), result  # not even connected to
+        assert [p for p in (runtime / "gpuops" / "cm").iterdir() if stat.S_ISSOCK(p.stat().st_mode)]
+    finally:
+        listener.kill()
+        listener.wait(timeout=30)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
 # -- the crash file (item 7) -----------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from gpuops.config.model import Host
 from gpuops.errors import os_reason
+from gpuops.localfiles import unswappable
 from gpuops.transport.sshdirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
 from gpuops.transport.sshfail import HopView
 from gpuops.transport.sshplan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
@@ -157,10 +158,11 @@ def _escape(word: str) -> str:
 
 def _control(found: Resolved, hops: list[Hop], folder: str, ssh: str, args: list[str], dest: str) -> tuple[str, bool]:
     """The user's ControlPath where their master is open, or where their config makes one, and it may carry
-    gpuops' commands; else gpuops' own in `folder`; else ("" where there is no folder) none."""
-    if found.control_path and (master_alive(found.control_path) or found.control_master != "no"):
-        if _fits(found.control_path) and _as_strict(found, hops):
-            return found.control_path, False
+    gpuops' commands (checked before anything connects to it); else gpuops' own in `folder`; else ("" where
+    there is no folder) none."""
+    theirs = found.control_path
+    if theirs and _fits(theirs) and _as_strict(found, hops) and (found.control_master != "no" or master_alive(theirs)):
+        return theirs, False
     if not folder:
         return "", False
     digest = hashlib.sha256("\0".join([ssh, *args, "--", dest]).encode("utf-8", "surrogateescape")).hexdigest()
@@ -168,10 +170,10 @@ def _control(found: Resolved, hops: list[Hop], folder: str, ssh: str, args: list
 
 
 def _fits(path: str) -> bool:
-    """A socket path ssh can bind: short enough (it binds PATH.<16 random characters> first, then renames it),
-    in a folder that exists (ssh makes none)."""
+    """A socket path ssh can bind (short enough: it binds PATH.<16 random characters> first, then renames it; in a
+    folder that exists, ssh makes none) where no other user can swap the socket or serve one of their own."""
     size = len(path.encode("utf-8", "surrogateescape"))
-    return size + SOCKET_SUFFIX < SUN_PATH and os.path.isdir(os.path.dirname(path))
+    return size + SOCKET_SUFFIX < SUN_PATH and os.path.isdir(os.path.dirname(path)) and not unswappable(path)
 
 
 def _as_strict(found: Resolved, hops: list[Hop]) -> bool:

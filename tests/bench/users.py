@@ -52,6 +52,11 @@ class OtherUser:
         return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], cwd="/", capture_output=True,
                               text=True, timeout=60, check=True, env={"PATH": "/usr/bin:/bin", "HOME": "/"})
 
+    def start(self, *argv: str) -> subprocess.Popen[str]:
+        """`argv` as this user, in the background (its stdout a pipe); the caller ends it."""
+        return subprocess.Popen(argv, user=self.uid, group=self.gid, extra_groups=[], cwd="/", stdout=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/"})
+
     def remove(self) -> None:
         """userdel (its processes are gone: each run() waited for its own); retried past a held lock."""
         wait_until(lambda: subprocess.run(["userdel", self.name], capture_output=True, timeout=60).returncode in (0, 6),
