@@ -8,7 +8,9 @@ to inventories/example.yaml's host: that file is only validated and dry-run.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -269,7 +271,8 @@ def test_a_bad_option_is_a_usage_error(args: list[str]) -> None:
 def test_an_unexpected_exception_writes_a_crash_file_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug in the core (injected: the status prober raises) is exit 1 with the traceback in a file."""
+    """A bug in the core (injected: the status prober raises) is exit 1 with the traceback in a file that only its
+    user can read (argv and the traceback may say more than others should see): 0600 in a 0700 folder of theirs."""
     import gpuops.client.status
     from gpuops.cli.main import main
 
@@ -284,7 +287,8 @@ def test_an_unexpected_exception_writes_a_crash_file_and_exits_1(
     m = re.search(r"the traceback is in (\S+?);", result.stderr)
     assert m, result.stderr
     crash = Path(m[1])
-    assert crash.parent.parent == tmp_path and crash.is_file()
+    assert crash.parent == tmp_path / f"gpuops-{os.getuid()}" / "crash" and crash.is_file()
+    assert stat.S_IMODE(crash.stat().st_mode) == 0o600 and stat.S_IMODE(crash.parent.stat().st_mode) == 0o700
     text = crash.read_text()
     assert "Traceback (most recent call last)" in text and "injected bug in the core" in text
     assert "Traceback" not in result.stderr

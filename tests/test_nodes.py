@@ -100,6 +100,24 @@ def test_a_node_the_inventory_lacks_is_an_error_at_its_line_exit_2(tmp_path: Pat
     assert "Traceback" not in result.err
 
 
+def test_validate_refuses_a_node_the_inventory_lacks_as_launch_does(tmp_path: Path) -> None:
+    """Issue 35 item 11: validate passed what launch refused."""
+    inv, pb = files(tmp_path, {"nodes": ["ct200", "ct299"], "torchrun": {}})
+    result = gpuops("validate", "-i", str(inv), "-p", str(pb))
+    assert result.code == 2 and f"{pb}:7:5: launch.nodes names 'ct299', which is not a target" in result.err, result
+    inv, pb = files(tmp_path, {"nodes": ["ct200", "ct201"], "torchrun": {}})
+    result = gpuops("validate", "-i", str(inv), "-p", str(pb))
+    assert result.code == 0 and f"ok: nodes ct200, ct201 found in {inv}" in result.text, result
+
+
+def test_target_beside_launch_nodes_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """Issue 35 item 11: `target:` beside launch.nodes was ignored without a word (the job runs on its nodes)."""
+    _, pb = files(tmp_path, {"nodes": ["ct200", "ct201"], "torchrun": {}})
+    pb.write_text("target: ct200\n" + pb.read_text())
+    assert playbook_error(str(pb)).startswith("1:9: target beside launch.nodes: a job over launch.nodes runs on its "
+                                              "nodes and `target:` would be ignored")
+
+
 def test_rdzv_address_must_be_an_address(tmp_path: Path) -> None:
     bad = {**INVENTORY, "targets": {**INVENTORY["targets"], "ct200": {"host": "pve1", "rdzv_address": "a b"}}}
     inv, pb = files(tmp_path, {"nodes": ["ct200", "ct201"], "torchrun": {}}, bad)

@@ -89,6 +89,38 @@ def test_a_controlmaster_the_user_opened_serves_every_status(tmp_path: Path, ssh
         subprocess.run(["ssh", "-S", str(sock), "-O", "exit", "pve-alias"], capture_output=True, timeout=30)
 
 
+def test_a_lax_master_of_the_users_is_no_way_around_the_known_hosts_the_inventory_pins(
+        tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, runtime: Path) -> None:
+    """Issue 35 item 11: the user's config checks no host key (StrictHostKeyChecking no) and their master to the
+    host is open, while the host's key is not the one the inventory's known_hosts pins (a man in the middle):
+    gpuops makes its own connection, checked against that file, and refuses the changed key (exit 3)."""
+    sshd.rotate_host_key()  # known_hosts keeps the old key
+    sock = tmp_path / "user-cm"
+    home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", f'ControlPath "{sock}"',
+                                     "StrictHostKeyChecking no", "UserKnownHostsFile /dev/null"))
+    opened = subprocess.run(["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "-M", "-fN",
+                             "pve-alias"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert opened.returncode == 0, opened.stderr
+    try:
+        refused = gpuops("status", "-i", str(alias_inventory(tmp_path, sshd)), env=env_of(home, runtime))
+        assert refused.code == 3 and "pve1: HOST KEY CHANGED for" in refused.text, refused
+    finally:
+        subprocess.run(["ssh", "-S", str(sock), "-O", "exit", "pve-alias"], capture_output=True, timeout=30)
+
+
+def test_a_controlpath_of_the_users_too_long_for_a_socket_leaves_gpuops_its_own_master(
+        tmp_path: Path, sshd: SshServer, fake_proxmox: FakeProxmox, runtime: Path) -> None:
+    """Issue 35 item 11: their ControlMaster auto with a ControlPath ssh cannot bind failed as a wrong address
+    (exit 3, "check the address and port"); gpuops' own master, in its short folder, carries the commands."""
+    long = tmp_path / ("c" * 100) / "%C"  # ssh expands %C to 40 hex digits
+    home = home_with(tmp_path, alias(sshd, f"IdentityFile {sshd.client_key}", "ControlMaster auto",
+                                     f'ControlPath "{long}"', f'UserKnownHostsFile "{sshd.known_hosts}"'))
+    result = gpuops("status", "-v", "-i", str(alias_inventory(tmp_path, sshd)), env=env_of(home, runtime))
+    assert result.code == 0 and "ct200: reachable via pve1, container 200 running" in result.text, result
+    assert "gpuops: 1 SSH connection(s)" in result.err
+    assert [p for p in (runtime / "gpuops" / "cm").iterdir() if stat.S_ISSOCK(p.stat().st_mode)]
+
+
 def test_gpuops_own_master_is_made_once_and_reused_by_the_next_command(tmp_path: Path, sshd: SshServer,
                                                                        fake_proxmox: FakeProxmox, runtime: Path) -> None:
     inv = write_inventory(tmp_path / "inv.yaml", sshd)

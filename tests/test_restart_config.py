@@ -59,6 +59,9 @@ def test_compile_guard_defaults_to_launchs_in_watch_json(tmp_path: Path) -> None
         ("restart: {on: [stall, stall]}\n", "3:23: restart.on lists 'stall' twice"),
         ("restart: {on: stall}\n", "3:15: expected a list of rule names"),
         ("restart: {delay: -1}\n", "3:18: expected a number of seconds >= 0"),
+        # Issue 35 item 11: 1e300 passed, and the run then held its GPUs "between attempts" for ever.
+        ("restart: {max: 1, on: [stall], delay: 1e300}\n",
+         "3:39: expected a number of seconds 0..3600 (the run keeps its GPUs while it waits to restart), got 1e300"),
         ("restart: {compile_guard: yes}\n", "3:26: expected true or false"),
         ("restart: {tries: 2}\n", "3:11: "),
     ],
@@ -103,6 +106,19 @@ def test_a_name_that_never_ends_an_attempt_is_a_validate_warning_at_its_place(tm
                            "so it never restarts one",), pb.warnings
     result = gpuops("validate", "-p", path)
     assert result.code == 0 and f"restart.on names '{on}'" in result.err, result
+
+
+@pytest.mark.parametrize(("section", "said"), [
+    ("restart: {max: 2}\n", "3:10: restart has no `on` (the rules whose end restarts an attempt"),
+    ("restart: {on: [stall]}\n", "3:10: restart has no `max` (0 by default): no attempt is ever restarted"),
+])
+def test_a_restart_section_that_can_restart_nothing_is_a_validate_warning(tmp_path: Path, section: str, said: str) -> None:
+    """Issue 35 item 11: these passed without a word, and the run never restarted. A warning, not an error: the run
+    is exactly what the file says (`max: 0` turns restarts off on purpose and warns nothing)."""
+    path = write(tmp_path, section)
+    result = gpuops("validate", "-p", path)
+    assert result.code == 0 and f"warning: {path}:{said}" in result.err, result
+    assert load_playbook(write(tmp_path, "restart: {max: 0}\n"), environ={}).warnings == ()
 
 
 def test_abort_rules_and_stall_warn_nothing(tmp_path: Path) -> None:

@@ -56,6 +56,17 @@ def test_network_failures_say_their_cause(said: str, why: str, transient: bool) 
     assert read(said, wait_refused=True).transient is (transient or "refused" in why)
 
 
+@pytest.mark.parametrize("said", [
+    "ControlPath too long ('/home/ops/" + "c" * 100 + "' >= 108 bytes)\n",
+    'unix_listener: path "/home/ops/' + "c" * 100 + '.XXXXXXXXXXXXXXXX" too long for Unix domain socket\n',
+])
+def test_a_controlpath_too_long_for_a_socket_is_said_as_such_not_as_a_wrong_address(said: str) -> None:
+    """Issue 35 item 11: these were "cannot connect", with the hint to check the address and port."""
+    error = read(said)
+    assert isinstance(error, SshFileError) and "ControlMaster socket: " in str(error), error
+    assert "ControlPath" in (error.hint or "") and "address" not in (error.hint or "")
+
+
 def test_a_refused_login_names_its_cause() -> None:
     denied = "root@127.0.0.1: Permission denied (publickey).\n"
     agent = HopView("pve1", "h", "kh", identity_agent="/run/agent.sock")

@@ -8,7 +8,7 @@ a run the watchdog restarted has one `training (attempt <n>)` testcase per attem
 
 from __future__ import annotations
 
-import os
+import io
 import re
 import time
 from dataclasses import dataclass, field
@@ -340,13 +340,11 @@ def write(path: str, command: str, suites: list[Suite]) -> None:
     root.attrib.update({k: str(v) for k, v in totals.items() if k != "skipped"})
     root.set("time", f"{elapsed:.3f}")
     ET.indent(root)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from gpuops.localfiles import write_whole
+
+    out = io.BytesIO()
+    ET.ElementTree(root).write(out, encoding="utf-8", xml_declaration=True)
+    write_whole(path, out.getvalue())
 
 
 def _suite(suite: Suite, command: str) -> tuple[Any, dict[str, int], float]:

@@ -74,15 +74,28 @@ def report_cost(verbose: bool, transports: Any) -> None:
 
 
 def crash_report() -> str:
-    """Write the current exception's traceback to a file; return its path."""
+    """Write the current exception's traceback to a new file (0600, made exclusively, never through a link) in a
+    private folder of this user's (0700, every folder above it checked: $TMPDIR/gpuops-<uid>/crash, else
+    ~/.cache/gpuops/crash); return its path. Raises what kept it from being written."""
     import tempfile
     import time
     import traceback
 
-    folder = os.path.join(tempfile.gettempdir(), "gpuops-crash")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
-    with open(path, "w") as fh:
+    from gpuops.localfiles import UnsafeFolder, private_folder
+
+    refused = []
+    for choice in (os.path.join(tempfile.gettempdir(), f"gpuops-{os.getuid()}", "crash"),
+                   os.path.join(os.path.expanduser("~"), ".cache", "gpuops", "crash")):
+        try:
+            folder = private_folder(choice)
+            break
+        except UnsafeFolder as exc:
+            refused.append(str(exc))
+    else:
+        raise UnsafeFolder("; ".join(refused))
+    fd, path = tempfile.mkstemp(dir=folder, prefix=f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
+                                suffix=".txt")  # O_CREAT | O_EXCL | O_NOFOLLOW, 0600
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
         fh.write(f"gpuops {' '.join(sys.argv[1:])}\n\n")
         traceback.print_exc(file=fh)
     return path
@@ -147,9 +160,14 @@ def boundary(fn: Callable[..., int]) -> Callable[..., None]:
 
 
 def internal_error(exc: BaseException) -> tuple[str, str]:
-    """A bug: its traceback goes to a file; (message, hint) say so."""
-    path = crash_report()
-    return f"internal error: {type(exc).__name__}: {exc}", f"the traceback is in {path}; please report it"
+    """A bug: its traceback goes to a file; (message, hint) say so, and say why where the file could not be
+    written (one message whatever happened to it)."""
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    try:
+        path = crash_report()
+    except Exception as err:  # noqa: BLE001 - the bug is said in one line, whatever keeps its file from being written
+        return message, f"its traceback could not be written ({err}); please report it with the command that failed"
+    return message, f"the traceback is in {path}; please report it"
 
 
 def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: Any) -> Any:

@@ -1,4 +1,4 @@
-"""`gpuops validate`: load the files, check the playbook's target exists, say what was checked.
+"""`gpuops validate`: load the files, check the playbook's target (or a job's nodes) exists, say what was checked.
 
 What was checked (`ok:` lines, each target's connection) is the command's output: stdout. Warnings
 and notes are diagnostics: stderr, as errors are.
@@ -41,7 +41,13 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inv is not None:
         views = [connection(inv, t) for t in inv.targets.values()]  # as ssh resolves it: nothing connects
         views += [{"name": name, "error": str(exc)} for name, exc in inv.broken.items()]
-    if inv is not None and pb is not None and (target or pb.target):
+    if inv is not None and pb is not None and pb.launch.nodes and not target:
+        from gpuops.cli.targets import node_targets
+
+        # As launch checks them: each node a target of the inventory (at its line), its GPUs the playbook's.
+        nodes = [resolve_target(inv, pb, t.name) for t in node_targets(inv, pb)]
+        checked.append(f"nodes {', '.join(t.name for t in nodes)} found in {inventory}")
+    elif inv is not None and pb is not None and (target or pb.target):
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")
     if as_json:

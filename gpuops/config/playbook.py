@@ -52,7 +52,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
     name_node = top.get("name")
     target_node = top.get("target")
     env = _env(top, environ, need_env, warnings)
-    return Playbook(
+    playbook = Playbook(
         path=os.path.abspath(path),
         name=s.name(name_node, "a playbook name") if name_node else _stem(path),
         target=s.name(target_node, "a target name") if target_node else None,
@@ -68,6 +68,10 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         notify=parse_notify(top.get("notify"), environ, need_env),
         warnings=tuple(warnings),
     )
+    if target_node is not None and playbook.launch.nodes:
+        raise ConfigError(target_node.mark, "target beside launch.nodes: a job over launch.nodes runs on its nodes "
+                          "and `target:` would be ignored; remove one of them")
+    return playbook
 
 
 def _workdir(top: s.Section) -> str | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Restart, Watch
 from gpuops.config.yamlpos import Node
+from gpuops.errors import ConfigError
 
 RESTART_KEYS = ("max", "on", "compile_guard", "delay", "warmup", "command")
 MAX_RESTARTS = 10
+MAX_DELAY = 3600  # seconds between attempts at most: the run holds its GPUs (and its lock on them) while it waits
 
 
 def known_names(watch: Watch) -> tuple[str, ...]:
@@ -22,8 +24,8 @@ def known_names(watch: Watch) -> tuple[str, ...]:
 
 
 def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = None) -> Restart | None:
-    """None when the section is absent (no restarts); a name in `on` that can never end an attempt is a
-    validate warning."""
+    """None when the section is absent (no restarts); a name in `on` that can never end an attempt, and a section
+    that can restart nothing (no `on`, or no `max`), are validate warnings: the run itself is as the file says."""
     if node is None or s.is_null(node):
         return None
     sec = s.Section(node, "restart", RESTART_KEYS)
@@ -41,10 +43,20 @@ def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = 
         fields["compile_guard"] = s.boolean(n)
     if (n := sec.get("delay")) is not None:
         fields["delay"] = s.seconds(n, zero_ok=True)
+        if fields["delay"] > MAX_DELAY:  # type: ignore[operator]
+            raise ConfigError(n.mark, f"expected a number of seconds 0..{MAX_DELAY} (the run keeps its GPUs while it "
+                              f"waits to restart), got {s.describe(n)}")
     if (n := sec.get("warmup")) is not None:
         fields["warmup"] = s.boolean(n)
     if (n := sec.get("command")) is not None:
         fields["command"] = s.nonempty(n, "a command (what restarted attempts run, e.g. with --resume)")
+    if warnings is not None and fields.get("max") != 0:  # `max: 0` turns restarts off on purpose
+        if not fields.get("on"):
+            warnings.append(f"{node.mark}: restart has no `on` (the rules whose end restarts an attempt, e.g. [stall, "
+                            "failed]): no attempt is ever restarted")
+        elif "max" not in fields:
+            warnings.append(f"{node.mark}: restart has no `max` (0 by default): no attempt is ever restarted; set "
+                            f"the number of restarts after the first attempt (1..{MAX_RESTARTS})")
     return Restart(**fields)  # type: ignore[arg-type]
 
 

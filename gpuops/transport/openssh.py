@@ -1,6 +1,7 @@
 """An SSH host through the user's own `ssh` (as Ansible connects): their config, agents, certificates, FIDO keys
 and ProxyCommands, every command over one ControlMaster (the user's where they have one open, else gpuops' own
-with ControlPersist, so the next gpuops command to the host makes no new login). ssh's own words go to a log
+with ControlPersist, so the next gpuops command to the host makes no new login; where no private folder can hold
+its socket, none: a first login checks the host, then each command logs in on its own). ssh's own words go to a log
 file of their own (-E), so the remote command's stderr and exit status stay the command's: an exit status of
 255 is ssh's failure only when ssh said so or the master is gone (a remote `exit 255` is the command's)."""
 
@@ -61,7 +62,8 @@ class OpenSshTransport(Connecting):
     # -- connection ------------------------------------------------------------------
 
     def _active(self) -> bool:
-        return self._conn is not None and master_alive(self._conn.plan.control_path)
+        path = self._conn.plan.control_path if self._conn is not None else None
+        return path is not None and (not path or master_alive(path))
 
     def _made(self, conn: Any) -> int:
         return 1 if conn.new else 0
@@ -86,11 +88,14 @@ class OpenSshTransport(Connecting):
     def _connect_once(self) -> _Master:
         found = plan(self.ssh, self.host, self.hosts)
         try:
-            with _lock(found.control_path + ".lock"):
-                if master_alive(found.control_path):
-                    master = _Master(found, new=False)
-                else:
-                    master = self._start_master(found)
+            if not found.control_path:
+                master = self._start_master(found)
+            else:
+                with _lock(found.control_path + ".lock"):
+                    if master_alive(found.control_path):
+                        master = _Master(found, new=False)
+                    else:
+                        master = self._start_master(found)
         finally:
             for log in found.hop_logs:
                 _unlink(log)
@@ -98,7 +103,8 @@ class OpenSshTransport(Connecting):
         return master
 
     def _start_master(self, found: SshPlan) -> _Master:
-        if os.path.exists(found.control_path):
+        """The master made (or, without one, the first login made), once it is up; else why not."""
+        if found.control_path and os.path.exists(found.control_path):
             _unlink(found.control_path)  # a stale socket (its master was killed), as ssh itself removes one
         budget = self.host.connect_timeout * (2 + len(found.hops)) + 5
         with tempfile.TemporaryFile(dir=found.folder) as said:
@@ -112,7 +118,7 @@ class OpenSshTransport(Connecting):
                 raise SshFailed(f"no SSH connection within {budget:g}s", transient=True) from None
             said.seek(0)
             text = said.read().decode("utf-8", "replace")
-        if code == 0 and master_alive(found.control_path):
+        if code == 0 and (not found.control_path or master_alive(found.control_path)):
             return _Master(found, new=True)
         raise self._why(found, text)
 
@@ -133,7 +139,7 @@ class OpenSshTransport(Connecting):
     def reconnect(self) -> None:
         """A new master: gpuops' own stops taking commands first (those running finish); the user's is left alone."""
         conn = self._conn
-        if conn is not None and conn.plan.ours:
+        if conn is not None and conn.plan.ours and conn.plan.control_path:
             try:
                 subprocess.run(conn.plan.stop(), stdin=subprocess.DEVNULL, capture_output=True, timeout=5,
                                start_new_session=True)
@@ -151,9 +157,14 @@ class OpenSshTransport(Connecting):
 
     # -- commands --------------------------------------------------------------------
 
+    def _count(self, found: SshPlan) -> None:
+        self.commands += 1
+        if not found.control_path:
+            self.connections_made += 1  # no master: each command is a login of its own
+
     def run(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None, _again: bool = False) -> Result:
         found = self._ready()
-        self.commands += 1
+        self._count(found)
         log = found.new_log()
         proc = subprocess.Popen([*found.command(log=log), cmd.render()], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, start_new_session=True)
@@ -175,7 +186,7 @@ class OpenSshTransport(Connecting):
 
     def open(self, cmd: Cmd) -> "SshProcStream":
         found = self._ready()
-        self.commands += 1
+        self._count(found)
         log = found.new_log()
         proc = subprocess.Popen([*found.command(log=log), cmd.render()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -217,7 +228,7 @@ class SshProcStream(ProcStream):
 
 def _lost(found: SshPlan, said: str) -> bool:
     """ssh exited 255: its own failure when it said why or the master is gone; else the command's own status."""
-    return bool(said.strip()) or not master_alive(found.control_path)
+    return bool(said.strip()) or (bool(found.control_path) and not master_alive(found.control_path))
 
 
 def _first(said: str) -> str:

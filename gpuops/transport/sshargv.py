@@ -1,8 +1,9 @@
 """The user's `ssh` command line for a host, planned before anything connects: their config and ssh args as ssh
 reads them, gpuops' host-key policy on top (StrictHostKeyChecking, UserKnownHostsFile quoted as ssh reads it),
 an inventory jump chain as nested `ssh -W` ProxyCommands (each hop with its own known_hosts), and the
-ControlMaster the commands share: the user's where their config has one, else gpuops' own, its socket in a
-private directory, named by a hash of the connection so it fits the 104-byte socket limit."""
+ControlMaster the commands share: the user's where their config has one and checks host keys as strictly as
+the inventory, else gpuops' own, its socket in a private folder no other user can swap (sshdirs.py), named by a
+hash of the connection so it fits the 104-byte socket limit; where there is no such folder, no master at all."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from gpuops.config.model import Host
-from gpuops.errors import SshFileError, os_reason
+from gpuops.errors import os_reason
+from gpuops.localfiles import unswappable
+from gpuops.transport.sshdirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
 from gpuops.transport.sshfail import HopView
 from gpuops.transport.sshplan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
 from gpuops.transport.sshresolve import Resolved, config_flag, config_word, explicit_args, resolve
 
 CONTROL_PERSIST = 60  # seconds a master of gpuops' own stays up after its last command (Ansible's default too)
-SOCKET_LIMIT = 104  # sun_path on macOS and the BSDs (108 on Linux); ssh adds 17 bytes while it binds
-_SOCKET_NAME = 20  # hex digits of the hash that names a master's socket
 
 
 @dataclass
@@ -33,8 +34,8 @@ class SshPlan:
     label: str
     dest: str
     args: list[str]  # the options before `-- DEST` every ssh of this host gets
-    control_path: str
-    ours: bool  # gpuops' own master; else the user's (never stopped by gpuops)
+    control_path: str  # "": no master (no private folder short enough): each command logs in on its own
+    ours: bool  # gpuops' own master; else the user's (never stopped by gpuops), or none
     master_args: list[str]  # what making the master adds (ControlPersist, keepalives)
     hops: list[HopView]  # the jumps first, the host last: whose words are whose in a failure
     hop_logs: list[str] = field(default_factory=list)  # each jump's ssh -E file while connecting
@@ -46,14 +47,23 @@ class SshPlan:
         return _hop_log(self.folder)
 
     def command(self, *, log: str) -> list[str]:
-        """ssh's argv up to the remote command: through the master, never making one, its own words in `log`."""
-        return [self.ssh, *self.args, "-T", "-o", "ControlMaster=no", "-o", f"ControlPath={_escape(self.control_path)}",
+        """ssh's argv up to the remote command: through the master, never making one, its own words in `log`
+        (without a master: a login of its own, with the master's keepalives)."""
+        own = [] if self.control_path else self.master_args  # no master: no ControlPersist there, keepalives only
+        return [self.ssh, *self.args, *own, "-T", "-o", "ControlMaster=no", "-o", f"ControlPath={self._path()}",
                 "-o", "LogLevel=ERROR", "-E", log, "--", self.dest]
 
     def master(self) -> list[str]:
-        """ssh's argv that makes the master and returns once it listens (after authentication)."""
+        """ssh's argv that makes the master and returns once it listens (after authentication); without a
+        master, one login that runs `true`: the host's key and the login checked, failures said, as a master's."""
+        if not self.control_path:
+            return [self.ssh, *self.connect_args, *self.master_args, "-o", "LogLevel=DEBUG1", "-T", "-o",
+                    "ControlMaster=no", "-o", "ControlPath=none", "--", self.dest, "true"]
         return [self.ssh, *self.connect_args, *self.master_args, "-o", "LogLevel=DEBUG1", "-M", "-N", "-f", "-o",
-                f"ControlPath={_escape(self.control_path)}", "--", self.dest]
+                f"ControlPath={self._path()}", "--", self.dest]
+
+    def _path(self) -> str:
+        return _escape(self.control_path) if self.control_path else "none"
 
     def stop(self) -> list[str]:
         """ssh's argv that makes gpuops' master take no new commands (running ones finish) and drop its socket."""
@@ -63,7 +73,8 @@ class SshPlan:
 def plan(ssh: str, host: Host, hosts: Mapping[str, Host]) -> SshPlan:
     """The argv of every hop, the chain nested as ProxyCommands, and whose master the commands use."""
     hops = plan_chain(host, hosts)  # ~/.ssh/config read (and an unreadable one said) first
-    folder = control_dir()
+    dirs = control_dir(host.name)
+    folder = dirs.path
     cfg = _config_args(folder)
     founds = [resolve(hop.host.address or hop.host.name, explicit_args(hop.host)) for hop in hops]
     for hop in hops:  # a missing key, or a known_hosts file that cannot be used, is said before anything connects
@@ -73,7 +84,9 @@ def plan(ssh: str, host: Host, hosts: Mapping[str, Host]) -> SshPlan:
         hop.cannot_record = _ready_to_record(hop) if hop.policy == "accept-new" else ""
     args = _chain(ssh, cfg, hops, founds, None)
     logs = [_hop_log(folder) for _ in hops[:-1]]
-    path, ours = _control(founds[-1], folder, ssh, args, _dest(hops[-1]))
+    path, ours = _control(founds[-1], hops, dirs.path if dirs.sockets else "", ssh, args, _dest(hops[-1]))
+    if not path:
+        say_no_master(host.name, dirs)
     master_args = ["-o", f"ControlPersist={CONTROL_PERSIST}"] if ours else []
     if not founds[-1].server_alive_interval:  # a dead peer noticed within 15 s, where the user set no keepalive
         master_args += ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
@@ -143,12 +156,41 @@ def _escape(word: str) -> str:
     return word.replace("%", "%%")
 
 
-def _control(found: Resolved, folder: str, ssh: str, args: list[str], dest: str) -> tuple[str, bool]:
-    """The user's ControlPath where their master is open, or where their config makes one; else gpuops' own."""
-    if found.control_path and (master_alive(found.control_path) or found.control_master != "no"):
-        return found.control_path, False
+def _control(found: Resolved, hops: list[Hop], folder: str, ssh: str, args: list[str], dest: str) -> tuple[str, bool]:
+    """The user's ControlPath where their master is open, or where their config makes one, and it may carry
+    gpuops' commands (checked before anything connects to it); else gpuops' own in `folder`; else ("" where
+    there is no folder) none."""
+    theirs = found.control_path
+    if theirs and _fits(theirs) and _as_strict(found, hops) and (found.control_master != "no" or master_alive(theirs)):
+        return theirs, False
+    if not folder:
+        return "", False
     digest = hashlib.sha256("\0".join([ssh, *args, "--", dest]).encode("utf-8", "surrogateescape")).hexdigest()
-    return os.path.join(folder, digest[:_SOCKET_NAME]), True
+    return os.path.join(folder, digest[:SOCKET_NAME]), True
+
+
+def _fits(path: str) -> bool:
+    """A socket path ssh can bind (short enough: it binds PATH.<16 random characters> first, then renames it; in a
+    folder that exists, ssh makes none) where no other user can swap the socket or serve one of their own."""
+    size = len(path.encode("utf-8", "surrogateescape"))
+    return size + SOCKET_SUFFIX < SUN_PATH and os.path.isdir(os.path.dirname(path)) and not unswappable(path)
+
+
+def _as_strict(found: Resolved, hops: list[Hop]) -> bool:
+    """Whether the user's ssh checks the host's key at least as strictly as the inventory asks: their master
+    (opened by their settings, not gpuops') is then no way around a known_hosts the inventory pins. Their
+    StrictHostKeyChecking refuses changed keys (not no/off), and unknown ones too where the policy is strict;
+    where the inventory names known_hosts files (the host's, a jump's), their UserKnownHostsFile is that file."""
+    strict = found.strict.lower()
+    if strict in ("no", "off", "false") or (hops[-1].policy == "strict" and strict == "accept-new"):
+        return False
+    if any(hop.host.known_hosts for hop in hops[:-1]):
+        return False  # their master does not go through the inventory's jumps, checked against their files
+    pinned = hops[-1].host.known_hosts
+    if not pinned:
+        return True
+    theirs = {os.path.realpath(os.path.expanduser(f)) for f in found.known_hosts_files}
+    return theirs == {os.path.realpath(os.path.expanduser(pinned))}
 
 
 def master_alive(path: str) -> bool:
@@ -167,33 +209,6 @@ def master_alive(path: str) -> bool:
         except OSError:
             return False
     return True
-
-
-def control_dir() -> str:
-    """gpuops' private folder (0700) for its masters' sockets and ssh's logs: $XDG_RUNTIME_DIR/gpuops/cm, else
-    ~/.cache/gpuops/cm, else (a path too long for a socket) one under the temp folder."""
-    room = SOCKET_LIMIT - 1 - 17 - _SOCKET_NAME - 1
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    choices = [os.path.join(runtime, "gpuops", "cm")] if runtime and os.path.isdir(runtime) else []
-    choices += [os.path.join(os.path.expanduser("~"), ".cache", "gpuops", "cm"),
-                os.path.join(tempfile.gettempdir(), f"gpuops-{os.getuid()}", "cm")]
-    for folder in choices:
-        if len(folder.encode("utf-8", "surrogateescape")) <= room:
-            return _private(folder)
-    raise SshFileError("ssh", f"no folder for gpuops' ControlMaster sockets is short enough ({choices[-1]})",
-                       hint="set XDG_RUNTIME_DIR to a short private folder")
-
-
-def _private(folder: str) -> str:
-    """The folder, made 0700 if new; one that is not ours, or that others may enter, is refused."""
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise SshFileError("ssh", f"{folder} is not a folder of the user gpuops runs as; refusing to put "
-                           "ControlMaster sockets there", hint="remove it, or set XDG_RUNTIME_DIR to a private folder")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(folder, 0o700)
-    return folder
 
 
 def _config_args(folder: str) -> list[str]:

@@ -55,6 +55,7 @@ _AGENT = re.compile(r"get_agent_identities: ssh_get_authentication_socket: (.+)"
 _AGENT_LIST = re.compile(r"get_agent_identities: ssh_fetch_identitylist: (.+)")
 _ACCEPTED = re.compile(r"Server accepts key: (.+?) (\S+) SHA256:\S+( explicit)?\s*$", re.M)
 _OFFERED_CERT = re.compile(r"Offering public key: (.+?) \S+-CERT ")
+_SOCKET_LONG = re.compile(r"(ControlPath too long \(.*\)|unix_listener: path .* too long for Unix domain socket)")
 _CONFIG = re.compile(r"(Bad owner or permissions on .+|.+: line \d+: Bad configuration option: .+|"
                      r"\S+: terminating, \d+ bad configuration options|Can't open user config file .+)")
 
@@ -118,6 +119,11 @@ def fingerprint(blob: bytes) -> str:
 
 
 def _config(said: str, hop: HopView) -> GpuopsError | None:
+    found = _SOCKET_LONG.search(said)
+    if found:
+        return SshFileError(hop.label, f"ssh cannot use its ControlMaster socket: {found.group(1)}",
+                            hint="shorten ControlPath in ~/.ssh/config (`ControlPath ~/.ssh/cm-%C` fits), or remove "
+                                 "it: gpuops then keeps its own master")
     found = _CONFIG.search(said)
     if not found:
         return None
@@ -136,7 +142,8 @@ def _auth(said: str, hop: HopView) -> AuthError | None:
     if "keyboard-interactive" in methods and "publickey" not in methods.split(","):
         return AuthError(hop.label, f"{denied}: the host asks for a password or a second factor, and gpuops never "
                          "prompts", hint="open a ControlMaster yourself first (`ssh -M -fN HOST` with ControlPath in "
-                                         "~/.ssh/config): gpuops reuses it")
+                                         "~/.ssh/config): gpuops reuses it where that config checks the host "
+                                         "key as the inventory does (docs/security.md)")
     if agent:
         return AuthError(hop.label, f"{denied}: {agent}",
                          hint="start the agent (or the app that provides it) and load the key, or set IdentityAgent "

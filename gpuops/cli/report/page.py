@@ -6,7 +6,6 @@ Every value shown passes through html.escape (here or in plot.py); secrets were 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from html import escape
@@ -118,12 +117,7 @@ def page(sections: list[Section], command: str) -> str:
 
 
 def write(path: str, text: str) -> None:
-    """The page written whole (temporary file, rename): a CI upload never takes half a file."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """The page written whole (an exclusive temporary beside it, renamed): a CI upload never takes half a file."""
+    from gpuops.localfiles import write_whole
+
+    write_whole(path, text.encode("utf-8"))
