@@ -148,10 +148,20 @@ def _umask() -> int:
     return mask
 
 
+#: The process's own output streams: written through, never replaced (`--junit /dev/stdout`, `>(cat)`).
+_OWN_STREAMS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
+
+
 def write_whole(path: str, data: bytes) -> None:
     """Replace `path` with `data`, never half a file (a CI upload never takes one): a temporary made exclusively
     in the same folder (mkstemp: O_EXCL, a name nobody can guess, so no link planted there is followed), given
-    the mode a new file gets, then renamed over `path` (a link at `path` is replaced, never followed)."""
+    the mode a new file gets, then renamed over `path` (a link at `path` is replaced, never followed). One of
+    this process's own streams, or a named pipe of the user's, is written through instead."""
+    if _stream(path):
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_APPEND)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
@@ -169,3 +179,15 @@ def write_whole(path: str, data: bytes) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _stream(path: str) -> bool:
+    """`path` names one of this process's own descriptors, or is a named pipe owned by the user or root (not a
+    link): a stream to write to, where renaming a file over it would replace /dev/stdout itself."""
+    if path in _OWN_STREAMS[:2] or path.startswith(_OWN_STREAMS[2:]):
+        return True
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(info.st_mode) and info.st_uid in (0, os.getuid())

@@ -262,3 +262,26 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def test_a_report_to_one_of_the_processes_own_streams_or_a_named_pipe_is_written_through(tmp_path: Path) -> None:
+    """`--junit /dev/stdout` or `--report >(cat)`: the stream gets the bytes; nothing is renamed over it (as
+    root, a rename over /dev/stdout replaced the link itself)."""
+    from gpuops.localfiles import write_whole
+
+    read_end, write_end = os.pipe()
+    try:
+        write_whole(f"/dev/fd/{write_end}", b"<testsuites/>\n")
+        assert os.read(read_end, 100) == b"<testsuites/>\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_whole(str(fifo), b"report\n")
+        assert os.read(reader, 100) == b"report\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
