@@ -4,9 +4,12 @@ this node when another did, also with nobody attached.
 torchrun ends the other nodes by itself when node 0's agent goes (its rendezvous store goes with it)
 or when a worker's collective fails against a dead peer; it does not when a node's process lives on
 after a fatal line (the FX race), or when the others wait in a collective longer than its timeout.
-So each node's watchdog sets the job's end in torchrun's own store the moment it decides (first
-writer wins: the job's cause) and waits on it; the link process (run/jobstore.py) does the store
-I/O with the training's torch. Without a job the link does nothing and costs nothing.
+So each node's watchdog appends its end to the attempt's end key in torchrun's own store the moment
+it decides (the first end there, signed for this attempt, is the job's cause) and waits on it; the
+link process (run/jobstore.py) does the store I/O with the training's torch. When the store goes
+before anyone ended the job (node 0's torchrun killed before the others joined: nothing of the engine
+ends them until its 600 s join timeout) and stays gone through the link's grace, the node ends as
+the job's end, named after node 0. Without a job the link does nothing and costs nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class JobLink:
         self.ended = threading.Event()
         self.published = False
         self.started = False
+        self.forged_said = False
 
     @property
     def active(self) -> bool:
@@ -101,12 +105,31 @@ class JobLink:
             if self.end.get("node") != self.job.get("node_name"):
                 self.wd.events.write("job_abort", **_said(self.end))
                 self.wd.abort(p.JOB_ABORT, **_said(self.end))
-        elif kind in ("connected", "lost", "forged"):
+        elif kind == "gone":
+            self.wd.events.write("job_link", state=kind, message=str(msg.get("why")))
+            self.store_gone()
+        elif kind in ("connected", "lost", "forged") and not (kind == "forged" and self.forged_said):
+            self.forged_said = self.forged_said or kind == "forged"  # said once; the link says it once too
             words = {"connected": "connected to the job's rendezvous store (%s)" % msg.get("key")}
             self.wd.events.write("job_link", state=kind, message=words.get(kind) or str(msg.get("why")))
 
+    def store_gone(self) -> None:
+        """The store went before anyone set the job's end, and stayed gone through the link's grace: node 0's
+        torchrun (the store's host) ended without a word, so this attempt is over on every node. A node that
+        ended by itself (it published, or its training exited) has its own record: it is left as it is."""
+        if self.end is not None or self.published or os.path.exists(os.path.join(self.wd.d, p.EXIT_CODE)):
+            return
+        nodes = self.job.get("nodes") or [None]
+        self.end = {"node": nodes[0], "node_rank": 0, "reason": p.RESTART_FAILED, "rule": p.RESTART_FAILED,
+                    "by": jobwire.STORE_GONE, "exit_code": p.EXIT_FAILED,
+                    "excerpt": "node %s's rendezvous store went away before the job's end and did not come back "
+                               "within %gs" % (nodes[0], jobwire.STORE_GRACE)}
+        self.ended.set()
+        self.wd.events.write("job_abort", **_said(self.end))
+        self.wd.abort(p.JOB_ABORT, **_said(self.end))
+
     def publish(self, reason: str, settle: bool = False, **why: Any) -> None:
-        """This node ended the job (its own abort, a stop, its training failing): the store's first writer wins."""
+        """This node ended the job (its own abort, a stop, its training failing): the first end in the store wins."""
         if not self.active or self.published or reason == p.JOB_ABORT or self.proc is None:
             return
         self.published = True
