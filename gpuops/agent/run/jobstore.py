@@ -54,7 +54,9 @@ class Link:
         self.setter: Any = None
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.rank = rank
         self.next = 1  # the first slot not judged yet (every one before it holds no end of this attempt)
+        self.end_slot = 0  # where the job's end is, once read
         self.refused_said = False
 
     def client(self, seconds: float) -> Any:
@@ -96,6 +98,7 @@ class Link:
                 return
             record, why = jobwire.check(self.key, _value(raw).decode("utf-8", "replace"), self.at)
             if record is not None:
+                self.end_slot = slot
                 self.done.set()
                 _say("end", record=record)
                 return
@@ -113,8 +116,10 @@ class Link:
             while not self.done.is_set() and slot <= MAX_SLOTS:
                 held = _value(self.setter.compare_set(jobwire.store_key(self.at.rdzv, slot), "", sealed))
                 self.judge(slot, held)
-                if held == sealed.encode():
-                    return  # ours is in: the job's end is the first slot that verifies, this one or one before
+                if held == sealed.encode():  # ours is in: the job's end is the first slot that verifies
+                    if self.end_slot == slot:
+                        self.settle()
+                    return
                 slot += 1
         except Exception as exc:  # noqa: BLE001
             _say("lost", why="cannot set the job's end in the store: %s" % exc)
@@ -122,6 +127,23 @@ class Link:
         if not self.done.is_set():
             _say("lost", why="no free slot for this node's end among the first %d under %s" % (
                 MAX_SLOTS, jobwire.store_key(self.at.rdzv)))
+
+    def settle(self) -> None:
+        """This node's end is the job's: wait (jobwire.SETTLE at most) until every other node has read it, so that
+        none misses it when this node's torchrun, maybe the store's host, is stopped."""
+        others = [jobwire.read_key(self.at.rdzv, r) for r in range(len(self.at.nodes)) if r != self.rank]
+        try:
+            self.setter.wait(others, timedelta(seconds=jobwire.SETTLE))
+        except Exception:  # noqa: BLE001 - a node that does not answer in time: it has torchrun's own ends
+            pass
+        _say("settled")
+
+    def read(self) -> None:
+        """Tell the first node this node has read the job's end."""
+        try:
+            self.waiter.set(jobwire.read_key(self.at.rdzv, self.rank), "1")
+        except Exception:  # noqa: BLE001 - the store went meanwhile: nobody waits any more
+            pass
 
     def listen(self) -> None:
         for raw in sys.stdin.buffer:
@@ -191,6 +213,7 @@ def main(argv: list) -> int:
         _say("gone", why="the rendezvous store at %s:%s went away before the job's end and did not come back within "
                          "%gs (torchrun on node 0 ended, or its host went)" % (host, port, jobwire.STORE_GRACE))
         return 0
+    link.read()
     # Held until the store goes (node 0's torchrun ended), so that the watchdog can tell when a restart
     # may start; its EOF is the sign.
     while link.answers():

@@ -26,8 +26,9 @@ from ..wire import jobwire
 from ..wire import protocol as p
 from ..wire.records import command_exit_code, read_text, write_json_atomic
 
-#: How long an abort waits for the store to take this node's end before it signals (node 0's store dies with it).
-SETTLE = 1.0
+#: How long an abort waits for the other nodes to have read this node's end before it signals (node 0's store dies
+#: with it): the link waits jobwire.SETTLE for them, this a little more for the link.
+SETTLE = jobwire.SETTLE + 0.5
 #: How long a node whose training exited non-zero waits for the first failing node's end.
 FAILED_WAIT = 3.0
 #: How long a node (not node 0) waits, before its restart, for node 0's old store to go (its abort's grace and more).
@@ -44,6 +45,7 @@ class JobLink:
         self.buf = b""
         self.end: Optional[Dict[str, Any]] = None  # the job's end, as the store has it
         self.ended = threading.Event()
+        self.settled = threading.Event()  # this node's end is the job's and the others read it, or it is not ours
         self.published = False
         self.started = False
         self.forged_said = False
@@ -88,6 +90,7 @@ class JobLink:
         if not data:
             self.proc.stdout.close()
             self.proc.stdout = None
+            self.settled.set()
             return
         self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
@@ -103,12 +106,18 @@ class JobLink:
             write_json_atomic(os.path.join(self.wd.d, p.JOB_END), self.end)
             self.ended.set()
             if self.end.get("node") != self.job.get("node_name"):
+                self.settled.set()
                 self.wd.events.write("job_abort", **_said(self.end))
                 self.wd.abort(p.JOB_ABORT, **_said(self.end))
+        elif kind == "settled":
+            self.settled.set()
         elif kind == "gone":
+            self.settled.set()
             self.wd.events.write("job_link", state=kind, message=str(msg.get("why")))
             self.store_gone()
         elif kind in ("connected", "lost", "forged") and not (kind == "forged" and self.forged_said):
+            if kind == "lost":
+                self.settled.set()  # nothing to wait for
             self.forged_said = self.forged_said or kind == "forged"  # said once; the link says it once too
             words = {"connected": "connected to the job's rendezvous store (%s)" % msg.get("key")}
             self.wd.events.write("job_link", state=kind, message=words.get(kind) or str(msg.get("why")))
@@ -147,9 +156,10 @@ class JobLink:
             self.settle()
 
     def settle(self, seconds: float = SETTLE) -> None:
-        """Give the store a moment to take this node's end before this node's torchrun (maybe the store's host) is stopped."""
+        """Give the other nodes a moment to read this node's end before this node's torchrun (maybe the store's
+        host) is stopped."""
         if self.published:
-            self.ended.wait(seconds)
+            self.settled.wait(seconds)
 
     def at_end(self) -> None:
         """The training ended with no abort: a failure ends the job; wait for the first failing node's word."""

@@ -23,6 +23,9 @@ PREFIX = "gpuops/job/"
 STORE_GRACE = 10.0
 #: abort.json `first_by` of a node ended because node 0's store went for good before anyone set the job's end.
 STORE_GONE = "store-gone"
+#: How long the first node waits for every other node to have read its end before it stops its torchrun
+#: (maybe the store's host: the store goes with it).
+SETTLE = 1.0
 
 
 class Attempt(NamedTuple):
@@ -42,6 +45,11 @@ def mark_key(rdzv_id: str, rank: int) -> str:
     """Where a node's link leaves its mark in this attempt's store: found again after a dropped connection,
     it says the store is the same one (a store started again, by node 0's next attempt, is empty)."""
     return "%s%s/link/%d" % (PREFIX, rdzv_id, rank)
+
+
+def read_key(rdzv_id: str, rank: int) -> str:
+    """Set by a node's link once it has read the job's end: the first node waits for the others' (SETTLE)."""
+    return "%s%s/read/%d" % (PREFIX, rdzv_id, rank)
 
 
 def rdzv_id(run_id: str, attempt: int) -> str:
@@ -97,7 +105,7 @@ def check(key: str, text: str, at: Attempt) -> Tuple[Optional[Dict[str, Any]], O
 
 
 def line(kind: str, **data: Any) -> bytes:
-    """One message between the watchdog and its link: connected, end, forged, lost, gone, publish."""
+    """One message between the watchdog and its link: connected, end, settled, forged, lost, gone, publish."""
     return (json.dumps({"kind": kind, **data}, sort_keys=True) + "\n").encode()
 
 
