@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import socket
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,10 +49,12 @@ def free_port() -> int:
 class Job:
     def __init__(self, fake: FakeProxmox, inventory: Path, playbook: Path, worker: Path) -> None:
         self.fake, self.inventory, self.playbook, self.worker = fake, inventory, playbook, worker
+        self.figures: dict[str, float] = {}  # what a test measured on its way, for the fault matrix to print
 
     def write(self, steps: int = 2000, **extra: Any) -> None:
+        command = f"{shlex.quote(str(self.worker))} {steps}"  # a folder with a space (the fault matrix's) too
         data = {"name": "job-test", "env": {"PYTHONPATH": str(STANDINS)}, "preflight": {"gpus": [0]},
-                "launch": {"session": SESSION, "command": f"{self.worker} {steps}", "nodes": ["ct200", "ct201"],
+                "launch": {"session": SESSION, "command": command, "nodes": ["ct200", "ct201"],
                            "torchrun": {"nproc_per_node": 1, "port": free_port()}},
                 "watch": {"stall_timeout": 0}, "abort": {"grace": 3}, **extra}
         self.playbook.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -102,8 +106,8 @@ def link_cpu(fake: FakeProxmox, vmid: int) -> float:
     raise AssertionError(f"no job link in CT {vmid}")
 
 
-@pytest.fixture
-def job(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterator[Job]:
+def make_job(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Job:
+    """The job over CT 200 and CT 201 (made here) on the bench's sshd (also the fault matrix's, issue 35)."""
     fake_proxmox.set_env(200, MODE="steps")
     fake_proxmox.add_container(201, env={"MODE": "fx-thread"})  # node 1 hits the FX race, and lives on
     targets = {"ct201": {"host": "pve1", "ctid": 201, "gpus": list(range(8))}}
@@ -115,10 +119,21 @@ def job(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterator[
     worker.write_text(WORKER)
     j = Job(fake_proxmox, inventory, tmp_path / "playbook.yaml", worker)
     j.write()
-    yield j
+    return j
+
+
+def end_job(j: Job) -> None:
+    """Stop what a test left running."""
     for vmid in (200, 201):
         if j.alive(vmid):
             j.gpuops("stop")
+
+
+@pytest.fixture
+def job(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Iterator[Job]:
+    j = make_job(sshd, fake_proxmox, tmp_path)
+    yield j
+    end_job(j)
 
 
 def test_one_nodes_fatal_line_ends_the_job_on_every_node_with_nobody_attached(job: Job) -> None:
@@ -181,6 +196,7 @@ def test_a_forged_end_in_the_store_blocks_nothing_costs_one_event_and_the_job_en
     steps = log0.read_text().count("\nstep ")
     wait_until(lambda: log0.read_text().count("\nstep ") >= steps + 20, timeout=60, message="20 more steps on node 0")
     used = [link_cpu(fake_proxmox, v) - c for v, c in zip((200, 201), cpu)]
+    job.figures["link CPU s"] = max(used)
     assert max(used) < 0.1, f"a job link spent {used} CPU seconds over 20 steps with the forged value there"
     assert [len(job.link_said(v, "forged")) for v in (200, 201)] == [1, 1]  # said once, then ignored
     go.touch()
@@ -207,7 +223,9 @@ def test_node_0_killed_before_the_others_joined_ends_every_node_within_30s(
     assert started.code == 0, started
     wait_until(lambda: job.link_said(201, "connected"), timeout=60, message="node 1's link connected to node 0's store")
     fake_proxmox.stop_container(200)  # node 0 killed: its torchrun (the store), its watchdog, everything
+    killed = time.monotonic()
     wait_until(lambda: not job.alive(201), timeout=30, message="node 1 ended within 30 s of node 0's death")
+    job.figures["node 1 ended after s"] = time.monotonic() - killed
     theirs = job.record(201, "abort.json")
     assert theirs["reason"] == "job" and theirs["first_node"] == "ct200" and theirs["first_by"] == "store-gone", theirs
     assert job.link_said(201, "gone"), "node 1 said why it stopped"
