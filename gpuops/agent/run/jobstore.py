@@ -105,8 +105,8 @@ class Link:
             self.next += 1
             if not self.refused_said:
                 self.refused_said = True
-                _say("forged", why="a value under %s %s was ignored (so is any other such value from now on)"
-                     % (jobwire.store_key(self.at.rdzv, slot), why))
+                _say("forged", why="a value under %s was ignored: %s (any other such value is ignored without a "
+                                   "word)" % (jobwire.store_key(self.at.rdzv, slot), why))
 
     def publish(self, record: Dict[str, Any]) -> None:
         """This node's end into the first free slot (compare-and-set: a slot someone wrote first is passed over)."""

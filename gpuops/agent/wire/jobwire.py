@@ -95,12 +95,12 @@ def check(key: str, text: str, at: Attempt) -> Tuple[Optional[Dict[str, Any]], O
     if record is None:
         return None, "not signed with this run's key"
     if record.get("run") != at.run or record.get("rdzv") != at.rdzv:
-        return None, "signed for another attempt or run (%s), replayed" % str(record.get("rdzv"))[:80]
+        return None, "an end signed for another attempt or run (%s), replayed" % str(record.get("rdzv"))[:80]
     attempt, rank = record.get("attempt"), record.get("node_rank")
     if not isinstance(attempt, int) or rdzv_id(at.run, attempt) != at.rdzv:
-        return None, "signed for attempt %s, not this one's rendezvous" % str(attempt)[:20]
+        return None, "an end signed for attempt %s, not this one's rendezvous" % str(attempt)[:20]
     if not isinstance(rank, int) or not 0 <= rank < len(at.nodes) or at.nodes[rank] != record.get("node"):
-        return None, "naming no node of the job"
+        return None, "an end naming no node of the job"
     return record, None
 
 
