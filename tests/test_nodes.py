@@ -151,8 +151,18 @@ def test_the_job_ends_with_the_first_failing_nodes_code_and_names_it() -> None:
     assert job_outcome("r1", [end("ct200", 0, None, "0"), end("ct201", 1, None, "0")]).exit_code == 0
 
 
-def test_the_jobs_end_record_is_signed_with_the_runs_key() -> None:
+def test_the_jobs_end_record_is_signed_with_the_runs_key_and_bound_to_its_attempt_and_node() -> None:
     text = jobwire.sign("k1", {"node": "ct201", "reason": "match"})
     assert jobwire.verify("k1", text) == {"node": "ct201", "reason": "match"}
     assert jobwire.verify("k2", text) is None and jobwire.verify("k1", text.replace("ct201", "ct200")) is None
     assert jobwire.rdzv_id("r", 1) == "r" and jobwire.rdzv_id("r", 2) == "r-a2"
+    nodes = ("ct200", "ct201")
+    one, two = jobwire.Attempt("r", "r", nodes), jobwire.Attempt("r", "r-a2", nodes)
+    end = {"node": "ct201", "node_rank": 1, "reason": "match", "attempt": 1}
+    assert jobwire.check("k1", jobwire.seal("k1", end, one), one)[0]["node"] == "ct201"
+    assert "replayed" in str(jobwire.check("k1", jobwire.seal("k1", end, one), two)[1])  # attempt 1's end in attempt 2
+    assert jobwire.check("k1", jobwire.seal("k1", end, one), jobwire.Attempt("r2", "r", nodes))[0] is None  # another run
+    assert jobwire.check("k1", jobwire.seal("k1", {**end, "attempt": 2}, one), one)[0] is None  # says another attempt
+    assert jobwire.check("k1", jobwire.seal("k1", {**end, "node_rank": 0}, one), one)[0] is None  # not that node's rank
+    assert jobwire.check("k1", '{"node": "ct201", "reason": "match"}', one) == (None, "not signed with this run's key")
+    assert [jobwire.store_key("r", n) for n in (1, 2)] == ["gpuops/job/r/end", "gpuops/job/r/end/2"]

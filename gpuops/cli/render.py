@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from gpuops.agent.wire.jobwire import STORE_GONE
 from gpuops.agent.wire.protocol import SCHEMA_VERSION
 from gpuops.cli import style as looks
 from gpuops.client.events import Event, Outcome
@@ -144,6 +145,8 @@ _WATCHDOG_WORDS = {
         f"NOTIFICATION FAILED ({ev.get('what')}) through {ev.get('via') or 'a'} channel {ev.get('channel') or ''}: "
         f"{ev.get('reason')}"),
     "job_abort": lambda ev: (
+        f"JOB: node {ev.get('first_node')} went away: its rendezvous store was lost before the job's end; this "
+        "node stops too" if ev.get("first_by") == STORE_GONE else
         f"JOB: node {ev.get('first_node')} ended the job ({ev.get('first_reason')}"
         + (f", rule '{ev.get('rule')}'" if ev.get("rule") else "") + "): this node stops too"),
     "job_link": lambda ev: str(ev.get("message")),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuops.agent.wire.jobwire import STORE_GONE
+
 _STOPPED_BY = {"watchdog": "the watchdog", "client": "a following client", "stop": "gpuops stop", "timeout": "--timeout"}
 
 
@@ -22,6 +24,8 @@ def job_stop_words(abort: Any) -> str:
         return ""
     what = {"match": f"matched {abort.get('rule')}", "stall": "stalled"}.get(str(abort.get("first_reason")),
                                                                           f"ended ({abort.get('first_reason')})")
+    if abort.get("first_by") == STORE_GONE:
+        what = "went away (its rendezvous store was lost before the job's end)"
     return f"the job: node {abort.get('first_node')} (rank {abort.get('first_rank')}) {what} first"
 
 

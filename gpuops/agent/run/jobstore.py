@@ -2,16 +2,23 @@
 
 `python3 -m gpuops_agent job-store RUN_ID`, started by the watchdog through sh/job_store.sh with the
 training's environment, because it needs the training's torch: the store is torchrun's own c10d
-TCPStore on node 0 (the port torchrun opened; gpuops opens none). It waits on this attempt's end key
-and tells the watchdog (one JSON line on stdout) when any node set it; a line from the watchdog on
-stdin asks it to set the key first (compare-and-set: the first node to end is the job's cause).
-Everything it reads from the store is checked against the run's key (wire/jobwire.py).
+TCPStore on node 0 (the port torchrun opened; gpuops opens none). It waits on this attempt's end
+slots (wire/jobwire.py) one after another and tells the watchdog (one JSON line on stdout) when a
+slot holds a node's end; a line from the watchdog on stdin asks it to put this node's end into the
+first free slot. A slot that does not verify (forged, replayed) is said once, then skipped: each
+costs one read, never a loop, and past MAX_SLOTS of them the link stops reading.
+
+The store going away before the job's end (node 0's torchrun killed, its host gone) is said as
+`gone` once jobwire.STORE_GRACE seconds passed without the same store answering again: the watchdog
+then ends this node as the job's end. Its mark (jobwire.mark_key) tells the same store from a new
+one that node 0's next attempt opened on the port.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import secrets
 import sys
 import threading
 import time
@@ -25,6 +32,8 @@ from ..wire.records import read_text
 #: How long to keep trying to reach the store: torchrun's own rendezvous join timeout (600 s).
 CONNECT_FOR = 600.0
 WAIT_SLICE = 30.0
+#: How many slots that hold no end of this attempt a link reads before it stops reading (its cost's bound).
+MAX_SLOTS = 64
 
 
 def _say(kind: str, **data: Any) -> None:
@@ -32,16 +41,147 @@ def _say(kind: str, **data: Any) -> None:
     sys.stdout.buffer.flush()
 
 
-def connect(dist: Any, host: str, port: int, deadline: float) -> Any:
-    """A client of node 0's store, once torchrun there has opened it."""
-    while True:
+def _value(raw: Any) -> bytes:
+    return raw if isinstance(raw, bytes) else str(raw).encode()
+
+
+class Link:
+    def __init__(self, dist: Any, host: str, port: int, key: str, at: jobwire.Attempt, rank: int) -> None:
+        self.dist, self.host, self.port, self.key, self.at = dist, host, port, key, at
+        self.mark = jobwire.mark_key(at.rdzv, rank)
+        self.nonce = secrets.token_hex(16)
+        self.waiter: Any = None
+        self.setter: Any = None
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.rank = rank
+        self.next = 1  # the first slot not judged yet (every one before it holds no end of this attempt)
+        self.end_slot = 0  # where the job's end is, once read
+        self.refused_said = False
+
+    def client(self, seconds: float) -> Any:
+        return self.dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=seconds),
+                                  wait_for_workers=False)
+
+    def connect(self, deadline: float) -> None:
+        """Two clients of node 0's store (one waits, one writes), once torchrun there has opened it; the mark left."""
+        while True:
+            try:
+                self.waiter, self.setter = self.client(WAIT_SLICE), self.client(WAIT_SLICE)
+                break
+            except (RuntimeError, OSError, TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+        self.setter.set(self.mark, self.nonce)
+
+    def regain(self) -> bool:
+        """After the store stopped answering: the same store back within the grace (a dropped connection)? A
+        store that answers without this link's mark is another one (node 0's next attempt): no, at once."""
+        deadline = time.monotonic() + jobwire.STORE_GRACE
+        while time.monotonic() < deadline:
+            try:
+                waiter = self.client(max(0.5, min(deadline - time.monotonic(), 5.0)))
+                if not waiter.check([self.mark]) or _value(waiter.get(self.mark)) != self.nonce.encode():
+                    return False
+                self.waiter, self.setter = waiter, self.client(WAIT_SLICE)
+                return True
+            except Exception:  # noqa: BLE001 - nothing answers (yet), or it went while asked
+                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        return False
+
+    def judge(self, slot: int, raw: Any) -> None:
+        """What slot n holds, once it is the next to judge: this attempt's end ends the wait; anything else is
+        said once (then skipped without a word) and the next slot is waited on."""
+        with self.lock:
+            if self.done.is_set() or slot != self.next:
+                return
+            record, why = jobwire.check(self.key, _value(raw).decode("utf-8", "replace"), self.at)
+            if record is not None:
+                self.end_slot = slot
+                self.done.set()
+                _say("end", record=record)
+                return
+            self.next += 1
+            if not self.refused_said:
+                self.refused_said = True
+                _say("forged", why="a value under %s was ignored: %s (any other such value is ignored without a "
+                                   "word)" % (jobwire.store_key(self.at.rdzv, slot), why))
+
+    def publish(self, record: Dict[str, Any]) -> None:
+        """This node's end into the first free slot (compare-and-set: a slot someone wrote first is passed over)."""
+        sealed = jobwire.seal(self.key, record, self.at)
+        slot = self.next
         try:
-            return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=WAIT_SLICE),
-                                 wait_for_workers=False)
-        except (RuntimeError, OSError, TimeoutError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.5)
+            while not self.done.is_set() and slot <= MAX_SLOTS:
+                held = _value(self.setter.compare_set(jobwire.store_key(self.at.rdzv, slot), "", sealed))
+                self.judge(slot, held)
+                if held == sealed.encode():  # ours is in: the job's end is the first slot that verifies
+                    if self.end_slot == slot:
+                        self.settle()
+                    return
+                slot += 1
+        except Exception as exc:  # noqa: BLE001
+            _say("lost", why="cannot set the job's end in the store: %s" % exc)
+            return
+        if not self.done.is_set():
+            _say("lost", why="no free slot for this node's end among the first %d under %s" % (
+                MAX_SLOTS, jobwire.store_key(self.at.rdzv)))
+
+    def settle(self) -> None:
+        """This node's end is the job's: wait (jobwire.SETTLE at most) until every other node has read it, so that
+        none misses it when this node's torchrun, maybe the store's host, is stopped."""
+        others = [jobwire.read_key(self.at.rdzv, r) for r in range(len(self.at.nodes)) if r != self.rank]
+        try:
+            self.setter.wait(others, timedelta(seconds=jobwire.SETTLE))
+        except Exception:  # noqa: BLE001 - a node that does not answer in time: it has torchrun's own ends
+            pass
+        _say("settled")
+
+    def read(self) -> None:
+        """Tell the first node this node has read the job's end."""
+        try:
+            self.waiter.set(jobwire.read_key(self.at.rdzv, self.rank), "1")
+        except Exception:  # noqa: BLE001 - the store went meanwhile: nobody waits any more
+            pass
+
+    def listen(self) -> None:
+        for raw in sys.stdin.buffer:
+            msg = jobwire.parse(raw)
+            if msg is not None and msg.get("kind") == "publish":
+                self.publish(msg.get("record") or {})
+
+    def wait(self) -> bool:
+        """Until the job's end is in a slot (True), or the store went for good before it (False)."""
+        said_full = False
+        while not self.done.is_set():
+            slot = self.next
+            try:
+                if slot > MAX_SLOTS:  # that many values that are not the end: only whether the store goes is watched
+                    if not said_full:
+                        said_full = True
+                        _say("lost", why="%d values under %s that are not this attempt's end: this node reads no more "
+                                         "of them" % (MAX_SLOTS, jobwire.store_key(self.at.rdzv)))
+                    time.sleep(1.0)
+                    if not self.answers():
+                        raise ConnectionError("the store went away")
+                    continue
+                key = jobwire.store_key(self.at.rdzv, slot)
+                self.waiter.wait([key], timedelta(seconds=WAIT_SLICE))
+                self.judge(slot, self.waiter.get(key))
+            except Exception:  # noqa: BLE001 - a timeout, or the store is gone (torchrun on node 0 ended)
+                if self.answers() or self.done.is_set():
+                    continue
+                if not self.regain():
+                    return self.done.is_set()
+        return True
+
+    def answers(self) -> bool:
+        try:
+            self.waiter.check([self.mark])
+        except Exception:  # noqa: BLE001
+            return False
+        return True
 
 
 def main(argv: list) -> int:
@@ -53,65 +193,32 @@ def main(argv: list) -> int:
     cfg = watchfile.read(d) or {}
     job: Dict[str, Any] = cfg.get("job") or {}
     rdzv = (read_text(os.path.join(d, p.RDZV_ID)) or run_id).strip()
-    key, name = str(job.get("key") or ""), jobwire.store_key(rdzv)
+    at = jobwire.Attempt(str(job.get("id") or run_id), rdzv, tuple(str(n) for n in job.get("nodes") or ()))
     host, _, port = str(job.get("endpoint") or "").rpartition(":")
-    host = host.strip("[]")
     try:
         dist = importlib.import_module("torch.distributed")  # the training's torch, never the watchdog's
     except ImportError as exc:
         _say("lost", why="no torch in the training's environment (%s): the job's end reaches this node through "
                          "torchrun only" % exc)
         return 3
-    deadline = time.monotonic() + CONNECT_FOR
+    link = Link(dist, host.strip("[]"), int(port), str(job.get("key") or ""), at, int(job.get("node_rank") or 0))
     try:
-        waiter = connect(dist, host, int(port), deadline)
-        setter = connect(dist, host, int(port), deadline)
+        link.connect(time.monotonic() + CONNECT_FOR)
     except Exception as exc:  # noqa: BLE001 - whatever torch raises, the watchdog is told why
         _say("lost", why="cannot reach the rendezvous store at %s:%s: %s" % (host, port, exc))
         return 4
-    _say("connected", key=name)
-    done = threading.Event()
-
-    def tell(raw: Any) -> None:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        record = jobwire.verify(key, text)
-        if record is None:
-            _say("forged", why="a value under %s not signed with this run's key was ignored" % name)
-            return
-        if not done.is_set():
-            done.set()
-            _say("end", record=record)
-
-    def publish() -> None:
-        for raw in sys.stdin.buffer:
-            msg = jobwire.parse(raw)
-            if msg is None or msg.get("kind") != "publish":
-                continue
-            try:
-                tell(setter.compare_set(name, "", jobwire.sign(key, msg.get("record") or {})))
-            except Exception as exc:  # noqa: BLE001
-                _say("lost", why="cannot set the job's end in the store: %s" % exc)
-
-    threading.Thread(target=publish, daemon=True, name="gpuops-job-publish").start()
-    while not done.is_set():
-        try:
-            waiter.wait([name], timedelta(seconds=WAIT_SLICE))
-        except Exception as exc:  # noqa: BLE001 - a timeout, or the store is gone (torchrun on node 0 ended)
-            try:
-                waiter.check([name])
-            except Exception:  # noqa: BLE001
-                _say("lost", why="the rendezvous store went away (torchrun on node 0 ended): %s" % exc)
-                return 0
-            continue
-        tell(waiter.get(name))
+    _say("connected", key=jobwire.store_key(rdzv))
+    threading.Thread(target=link.listen, daemon=True, name="gpuops-job-publish").start()
+    if not link.wait():
+        _say("gone", why="the rendezvous store at %s:%s went away before the job's end and did not come back within "
+                         "%gs (torchrun on node 0 ended, or its host went)" % (host, port, jobwire.STORE_GRACE))
+        return 0
+    link.read()
     # Held until the store goes (node 0's torchrun ended), so that the watchdog can tell when a restart
     # may start; its EOF is the sign.
-    while True:
-        try:
-            waiter.check([name])
-        except Exception:  # noqa: BLE001
-            return 0
+    while link.answers():
         time.sleep(0.2)
+    return 0
 
 
 tool_job_store = main

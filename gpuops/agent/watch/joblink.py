@@ -4,9 +4,12 @@ this node when another did, also with nobody attached.
 torchrun ends the other nodes by itself when node 0's agent goes (its rendezvous store goes with it)
 or when a worker's collective fails against a dead peer; it does not when a node's process lives on
 after a fatal line (the FX race), or when the others wait in a collective longer than its timeout.
-So each node's watchdog sets the job's end in torchrun's own store the moment it decides (first
-writer wins: the job's cause) and waits on it; the link process (run/jobstore.py) does the store
-I/O with the training's torch. Without a job the link does nothing and costs nothing.
+So each node's watchdog appends its end to the attempt's end key in torchrun's own store the moment
+it decides (the first end there, signed for this attempt, is the job's cause) and waits on it; the
+link process (run/jobstore.py) does the store I/O with the training's torch. When the store goes
+before anyone ended the job (node 0's torchrun killed before the others joined: nothing of the engine
+ends them until its 600 s join timeout) and stays gone through the link's grace, the node ends as
+the job's end, named after node 0. Without a job the link does nothing and costs nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from ..wire import jobwire
 from ..wire import protocol as p
 from ..wire.records import command_exit_code, read_text, write_json_atomic
 
-#: How long an abort waits for the store to take this node's end before it signals (node 0's store dies with it).
-SETTLE = 1.0
+#: How long an abort waits for the other nodes to have read this node's end before it signals (node 0's store dies
+#: with it): the link waits jobwire.SETTLE for them, this a little more for the link.
+SETTLE = jobwire.SETTLE + 0.5
 #: How long a node whose training exited non-zero waits for the first failing node's end.
 FAILED_WAIT = 3.0
 #: How long a node (not node 0) waits, before its restart, for node 0's old store to go (its abort's grace and more).
@@ -41,8 +45,10 @@ class JobLink:
         self.buf = b""
         self.end: Optional[Dict[str, Any]] = None  # the job's end, as the store has it
         self.ended = threading.Event()
+        self.settled = threading.Event()  # this node's end is the job's and the others read it, or it is not ours
         self.published = False
         self.started = False
+        self.forged_said = False
 
     @property
     def active(self) -> bool:
@@ -84,6 +90,7 @@ class JobLink:
         if not data:
             self.proc.stdout.close()
             self.proc.stdout = None
+            self.settled.set()
             return
         self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
@@ -99,14 +106,39 @@ class JobLink:
             write_json_atomic(os.path.join(self.wd.d, p.JOB_END), self.end)
             self.ended.set()
             if self.end.get("node") != self.job.get("node_name"):
+                self.settled.set()
                 self.wd.events.write("job_abort", **_said(self.end))
                 self.wd.abort(p.JOB_ABORT, **_said(self.end))
-        elif kind in ("connected", "lost", "forged"):
+        elif kind == "settled":
+            self.settled.set()
+        elif kind == "gone":
+            self.settled.set()
+            self.wd.events.write("job_link", state=kind, message=str(msg.get("why")))
+            self.store_gone()
+        elif kind in ("connected", "lost", "forged") and not (kind == "forged" and self.forged_said):
+            if kind == "lost":
+                self.settled.set()  # nothing to wait for
+            self.forged_said = self.forged_said or kind == "forged"  # said once; the link says it once too
             words = {"connected": "connected to the job's rendezvous store (%s)" % msg.get("key")}
             self.wd.events.write("job_link", state=kind, message=words.get(kind) or str(msg.get("why")))
 
+    def store_gone(self) -> None:
+        """The store went before anyone set the job's end, and stayed gone through the link's grace: node 0's
+        torchrun (the store's host) ended without a word, so this attempt is over on every node. A node that
+        ended by itself (it published, or its training exited) has its own record: it is left as it is."""
+        if self.end is not None or self.published or os.path.exists(os.path.join(self.wd.d, p.EXIT_CODE)):
+            return
+        nodes = self.job.get("nodes") or [None]
+        self.end = {"node": nodes[0], "node_rank": 0, "reason": p.RESTART_FAILED, "rule": p.RESTART_FAILED,
+                    "by": jobwire.STORE_GONE, "exit_code": p.EXIT_FAILED,
+                    "excerpt": "node %s's rendezvous store went away before the job's end and did not come back "
+                               "within %gs" % (nodes[0], jobwire.STORE_GRACE)}
+        self.ended.set()
+        self.wd.events.write("job_abort", **_said(self.end))
+        self.wd.abort(p.JOB_ABORT, **_said(self.end))
+
     def publish(self, reason: str, settle: bool = False, **why: Any) -> None:
-        """This node ended the job (its own abort, a stop, its training failing): the store's first writer wins."""
+        """This node ended the job (its own abort, a stop, its training failing): the first end in the store wins."""
         if not self.active or self.published or reason == p.JOB_ABORT or self.proc is None:
             return
         self.published = True
@@ -124,9 +156,10 @@ class JobLink:
             self.settle()
 
     def settle(self, seconds: float = SETTLE) -> None:
-        """Give the store a moment to take this node's end before this node's torchrun (maybe the store's host) is stopped."""
+        """Give the other nodes a moment to read this node's end before this node's torchrun (maybe the store's
+        host) is stopped."""
         if self.published:
-            self.ended.wait(seconds)
+            self.settled.wait(seconds)
 
     def at_end(self) -> None:
         """The training ended with no abort: a failure ends the job; wait for the first failing node's word."""
