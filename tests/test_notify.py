@@ -156,3 +156,26 @@ def test_a_command_channel_runs_on_the_target_with_the_payload_when_the_run_ends
     (sent,) = [e for e in events(ct.run_dir()) if e["event"] == "notify_sent"]
     assert sent["exit"] == 0 and Path(sent["output"]).parent == ct.run_dir() / "notify"
     assert not [p for p in procs.find(lambda env: env.get(b"GPUOPS_NOTIFY_JSON") is not None) if p != os.getpid()]
+
+
+def test_an_event_this_gpuops_does_not_know_leaves_logs_with_the_runs_exit_code(ct: Ct) -> None:
+    from gpuops.agent.wire.protocol import SCHEMA_VERSION
+
+    with_notify(ct, trainer("fx-thread"), [{"webhook": "http://127.0.0.1:1/hook"}])
+    assert ct.gpuops("launch").code == 7
+    newer = SCHEMA_VERSION + 1
+    with open(ct.run_dir() / "events.jsonl", "a") as fh:  # a newer agent's records
+        for record in ({"event": "notify_escalated", "what": "aborted", "kind": "pager", "channel": 1},
+                       {"event": "notify_sent", "what": "aborted", "kind": "webhook", "channel": 1, "via": "webhook",
+                        "status": 200},
+                       {"event": "note", "what": "surprise", "kind": "x", "message": "a newer note"}):
+            fh.write(json.dumps({"schema_version": newer, "ts": 1.0, "by": "watchdog", **record}) + "\n")
+    assert ct.gpuops("logs").code == 0
+    followed = ct.gpuops("logs", "-f")
+    assert followed.code == 7, followed
+    assert followed.err.count("was written by a newer gpuops") == 1, followed.err
+    as_json = ct.gpuops("logs", "-f", "--json")  # every line valid in this gpuops' schema (bench.cli checks)
+    assert as_json.code == 7, as_json
+    unknown = [e for e in as_json.events() if e["event"] == "unknown_event"]
+    assert [(e["name"], e["record"].get("kind")) for e in unknown] == [
+        ("notify_escalated", "pager"), ("notify_sent", "webhook"), ("note", "x")], unknown
