@@ -1,10 +1,14 @@
 """Notifications, in process: the playbook's `notify:` (FILE:LINE:COL errors), the payload (valid in `gpuops
 schema`, one line a person reads), and one delivery against a real HTTP server on 127.0.0.1 (an answer, an
-error worth retrying or not, a hook that never answers, a secret URL kept out of every reason)."""
+error worth retrying or not, a hook that never answers, one that redirects or trickles its answer, a
+hostile reason phrase, a secret URL kept out of every reason), a command channel's output and env, and
+the order in which one channel gets a run's notifications."""
 
 from __future__ import annotations
 
+import base64
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +62,8 @@ def test_channels_read_with_their_defaults_and_a_secret_url_from_the_environment
     ("notify:\n  - command: echo\n    format: slack\n", "4:5", "`format` is for a webhook"),
     ("notify:\n  - webhook: {from_env: NOT_SET_HERE}\n", "3:25", "'NOT_SET_HERE' is not set"),
     ("notify:\n  - webhook: {value: http://h/x, from_env: A}\n", "3:14", "one of them"),
+    ("notify:\n  - webhook: http://[::1/x\n", "3:14", "not an http:// or https:// URL with a host"),
+    ("notify:\n  - command: \"true #" + "x" * 140_000 + "\"\n", "3:14", "more than 65536: bash gets it as one"),
 ])
 def test_a_bad_channel_is_one_message_at_its_line(tmp_path: Path, text: str, where: str, said: str) -> None:
     message = playbook_error(write_playbook(tmp_path, HEAD, text))
@@ -155,3 +161,86 @@ def test_retries_back_off_and_stop_at_a_final_answer() -> None:
         answer = deliver.with_retries({"webhook": hook.url, "format": "slack"}, {"text": "a line"}, since=time.time(),
                                       folder="/", payload_file="", output="", mask=Masker([]), sleep=slept.append)
         assert answer["tries"] == 1 and hook.got == [{"text": "a line"}]  # slack: {"text": ...} only
+
+
+def test_a_redirect_is_a_failure_with_its_status_and_the_payload_never_goes_out_as_a_get() -> None:
+    with Hook(redirect="/elsewhere") as hook:
+        answer = deliver.post(hook.url, b'{"what": "aborted"}', Masker([]))
+        assert hook.gets == []  # followed, the POST would have become a GET answered 200
+    assert (answer["ok"], answer["status"], answer["retry"]) == (False, 302, False), answer
+    assert "never follows a redirect" in answer["reason"]
+
+
+def test_a_hook_that_trickles_its_answer_fails_within_the_try_limit_and_within_the_retry_window() -> None:
+    with Hook(trickle=True) as hook:
+        done: list[dict] = []
+        worker = threading.Thread(target=lambda: done.append(deliver.with_retries(
+            {"webhook": hook.url}, {"text": "t"}, since=time.time(), folder="/", payload_file="", output="",
+            mask=Masker([]), retry_for=3.0, sleep=lambda _s: None)), daemon=True)
+        worker.start()
+        worker.join(20)  # one byte a second of a 1000-byte answer: 17 minutes, were each read alone bounded
+        assert done, "the delivery still waits on a trickling hook"
+    (answer,) = done
+    assert not answer["ok"] and answer["status"] == 200 and "did not end within" in answer["reason"], answer
+
+
+def test_every_part_of_a_secret_url_is_masked_in_every_form() -> None:
+    url = "https://us%40er:p%40ss-w0rd@hooks.example.org:8443/services/T0/s3cr3t%2Ftok?token=abcdef123#frag"
+    mask = Masker([url])
+    for said in ("nonnumeric port: 'p@ss-w0rd@hooks.example.org'", "p%40ss-w0rd", "/services/T0/s3cr3t/tok",
+                 "'/services/T0/s3cr3t%2Ftok?token=abcdef123' (found at least ' ')", "token=abcdef123",
+                 "%2Fservices%2FT0%2Fs3cr3t%252Ftok", "abcdef123", "us%40er:p%40ss-w0rd"):
+        shown = mask(said)
+        assert "w0rd" not in shown and "s3cr3t" not in shown and "abcdef123" not in shown, (said, shown)
+    assert mask("the hook at /hook answered") == "the hook at /hook answered"  # short parts of no secret stay
+
+
+def test_a_url_with_credentials_is_delivered_with_basic_auth_and_a_path_with_a_space_quoted() -> None:
+    with Hook(path="/s3cr3t tok") as hook:
+        url = f"http://user:pa55word@127.0.0.1:{hook.port}/s3cr3t tok"
+        answer = deliver.post(url, b"{}", Masker([url]))
+        assert answer == {"ok": True, "status": 200}, answer
+        assert hook.paths == ["/s3cr3t%20tok"]
+        assert hook.auth == ["Basic " + base64.b64encode(b"user:pa55word").decode()]
+    refused = deliver.post("http://user:pa55word@127.0.0.1:1/x", b"{}", Masker(["http://user:pa55word@127.0.0.1:1/x"]))
+    assert not refused["ok"] and "pa55word" not in refused["reason"] and "cannot reach the hook" in refused["reason"]
+
+
+def test_a_hooks_reason_phrase_is_kept_with_its_control_characters_escaped() -> None:
+    with Hook(500, phrase="\x1b]0;owned\x07\x1b[2J\x9bBoom") as hook:
+        answer = deliver.post(hook.url, b"{}", Masker([]))
+    assert answer["status"] == 500 and answer["reason"].startswith("HTTP 500 "), answer
+    assert "\x1b" not in answer["reason"] and "\x07" not in answer["reason"] and "\x9b" not in answer["reason"]
+    assert "\\x1b]0;owned\\x07" in answer["reason"]
+
+
+def test_slack_gets_a_log_lines_markup_escaped() -> None:
+    line = "loss <!channel> see <https://evil.example/x|gpuops logs> & more"
+    with Hook() as hook:
+        deliver.with_retries({"webhook": hook.url, "format": "slack"}, {"text": line}, since=time.time(), folder="/",
+                             payload_file="", output="", mask=Masker([]))
+        (got,) = hook.got
+    assert got == {"text": "loss &lt;!channel&gt; see &lt;https://evil.example/x|gpuops logs&gt; &amp; more"}
+
+
+def test_a_command_channel_gets_a_nul_as_text_and_keeps_only_its_outputs_tail(tmp_path: Path) -> None:
+    out, seen = tmp_path / "out", tmp_path / "seen"
+    (tmp_path / "workdir").write_text(str(tmp_path))
+    command = f'printf %s "$GPUOPS_NOTIFY_TEXT" > {seen}; head -c 3000000 /dev/zero | tr "\\0" x; echo; echo END'
+    answer = deliver.with_retries({"command": command}, {"text": "loss \x00 nan"}, since=time.time(),
+                                  folder=str(tmp_path), payload_file="", output=str(out), mask=Masker([]))
+    assert answer["ok"] and seen.read_text() == "loss \\x00 nan", answer
+    again = deliver.once({"command": command + "; exit 3"}, {"text": "t"}, folder=str(tmp_path), payload_file="",
+                         output=str(out), mask=Masker([]))
+    assert again["exit"] == 3  # a second try appends, and the file still keeps the tail only
+    assert out.stat().st_size == deliver.OUTPUT_LIMIT and out.read_bytes().endswith(b"x\nEND\n")
+
+
+def test_a_malformed_ipv6_webhook_is_exit_2_at_its_line_in_validate_and_launch(tmp_path: Path) -> None:
+    from bench.cli import REPO, gpuops
+
+    path = write_playbook(tmp_path, HEAD, "notify:\n  - webhook: http://[::1/x\n")
+    for command in ("validate", "launch"):
+        result = gpuops(command, "-i", str(REPO / "inventories" / "local.yaml"), "-p", path, "-t", "local")
+        assert result.code == 2, result
+        assert f"{path}:3:14: notify channel 1's webhook is not an http:// or https:// URL" in result.err, result

@@ -60,7 +60,7 @@ def tool_notify(argv: List[str]) -> int:
     except OSError:
         return 0  # another sender has it
     masker = Masker(cfg.get("secrets") or [])
-    since = float(queued.get("ts") or time.time())
+    queued_at = float(queued.get("ts") or time.time())
     done = _answered(d, key)
     workers = []
     for number in queued.get("channels") or []:
@@ -69,9 +69,12 @@ def tool_notify(argv: List[str]) -> int:
         channel = channels[number - 1]
 
         def one(number: int = number, channel: Dict[str, Any] = channel) -> None:
-            answer = deliver.with_retries(channel, payload, since=since, folder=d,
-                                          payload_file=outbox.payload_file(d, key),
-                                          output=outbox.output_file(d, key, number), mask=masker)
+            try:
+                answer = deliver.with_retries(channel, payload, since=queued_at, folder=d,
+                                              payload_file=outbox.payload_file(d, key),
+                                              output=outbox.output_file(d, key, number), mask=masker)
+            except Exception as exc:  # noqa: BLE001 - a channel's every failure is a recorded one
+                answer = {"ok": False, "reason": "the channel failed: %s" % type(exc).__name__}
             report(d, key, str(queued.get("what")), number, channel, answer)
 
         workers.append(threading.Thread(target=one, name="gpuops-notify-%d" % number))
@@ -85,11 +88,12 @@ def tool_notify(argv: List[str]) -> int:
 
 def tool_notify_test(argv: List[str]) -> int:
     """Each channel tried once, from here (the target's network and env), its answer printed as a marker."""
-    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))  # one line: stdin stays open after it
     channels: List[Dict[str, Any]] = spec.get("channels") or []
     payload: Dict[str, Any] = spec["payload"]
     masker = Masker(spec.get("secrets") or [])
     work = tempfile.mkdtemp(prefix="gpuops-notify-test-")
+    threading.Thread(target=_end_with_client, args=(work,), name="gpuops-notify-test-client", daemon=True).start()
     try:
         for name, text in (("env.sh", spec.get("env") or ""), (p.WORKDIR, spec.get("workdir") or "")):
             fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -121,3 +125,16 @@ def tool_notify_test(argv: List[str]) -> int:
     for answer in answers:
         print(p.mark("notified", json.dumps(answer, sort_keys=True)))
     return 0
+
+
+def _end_with_client(work: str) -> None:
+    """gpuops holds notify-test's stdin open while it waits for the answers: its end (gpuops killed, its
+    connection gone) ends notify-test here, its commands with it, rather than trying channels for nobody."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except OSError:
+        pass
+    deliver.kill_running()
+    shutil.rmtree(work, ignore_errors=True)
+    os._exit(3)
