@@ -17,7 +17,7 @@ import pytest
 
 from bench.hook import Hook
 from bench.playbooks import playbook_error, write_playbook
-from gpuops.agent.notify import deliver, payload
+from gpuops.agent.notify import deliver, outbox, payload, sender
 from gpuops.agent.wire.masking import Masker
 from gpuops.cli.json_schema import schema
 from gpuops.config import load_playbook
@@ -234,6 +234,44 @@ def test_a_command_channel_gets_a_nul_as_text_and_keeps_only_its_outputs_tail(tm
                          output=str(out), mask=Masker([]))
     assert again["exit"] == 3  # a second try appends, and the file still keeps the tail only
     assert out.stat().st_size == deliver.OUTPUT_LIMIT and out.read_bytes().endswith(b"x\nEND\n")
+
+
+def test_one_channel_gets_a_runs_notifications_in_the_order_they_were_queued(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stalled` is queued before `aborted` (the watchdog writes the stall first), and each has its own sender:
+    the second waits for the first's answer on the channel, however slowly the hook answers it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    d = tmp_path / ".gpuops" / "runs" / "20261203-101500-abcdef"
+    d.mkdir(parents=True)
+    with Hook(hold={"stalled": 2.0}) as hook:
+        (d / "watch.json").write_text(json.dumps({"session": "s", "notify": [{"webhook": hook.url, "on": ["stalled",
+                                                                                                            "aborted"]}]}))
+        outbox.folder(str(d))
+        for what in ("stalled", "aborted"):
+            (d / "notify" / f"{what}-1.json").write_text(json.dumps({"what": what, "text": what}))
+            outbox.append(str(d), {"key": f"{what}-1", "state": "queued", "what": what, "channels": [1]})
+        senders = [threading.Thread(target=sender.tool_notify, args=([d.name, f"{what}-1"],))
+                   for what in ("aborted", "stalled")]  # the later one's sender starts first
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(30)
+        times = {what: (arrived, answered) for what, arrived, answered in hook.times}
+    assert hook.whats() == ["stalled", "aborted"], hook.times
+    assert times["aborted"][0] >= times["stalled"][1], hook.times  # sent once the stalled one was answered
+
+
+def test_ended_says_why_the_restart_it_waited_for_never_ran_and_a_line_is_printable(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, exit_code="4\n")
+    held = "the GPUs did not drain after attempt 1 ended (GPU 5 held by pids [4242])"
+    (d / "attempt.json").write_text(json.dumps({"attempt": 2, "max_attempts": 3, "state": "running",
+                                                "start_failed": held}))
+    ended = payload.build(str(d), {"restart": {"max": 2}}, "ended", {})
+    validate(ended)
+    assert ended["restart_failed"] == "attempt 2 could not start: " + held and held in ended["text"], ended
+    warned = payload.build(str(d), {}, "warned", {"rule": "loss-nan", "action": "warn",
+                                                  "line": "loss \x00 nan\x1b]0;owned\x07"})
+    assert "loss \\x00 nan\\x1b]0;owned\\x07" in warned["text"], warned["text"]
 
 
 def test_a_malformed_ipv6_webhook_is_exit_2_at_its_line_in_validate_and_launch(tmp_path: Path) -> None:

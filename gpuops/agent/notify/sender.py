@@ -27,6 +27,10 @@ from ..wire.records import read_json
 from ..run.prepare import append_event
 from . import deliver, outbox
 
+#: How long a notification waits for the one queued before it on the same channel: that one's retries
+#: (5 minutes), its last try, and a margin.
+TURN_WAIT = deliver.RETRY_FOR + deliver.COMMAND_TIMEOUT + 10.0
+
 
 def _answered(d: str, key: str) -> Dict[int, str]:
     """Channel -> sent/failed, as notify.jsonl says for this key."""
@@ -42,6 +46,34 @@ def report(d: str, key: str, what: str, number: int, channel: Dict[str, Any], an
         fields["output"] = outbox.output_file(d, key, number)
     outbox.append(d, {"key": key, "channel": number, "state": outbox.SENT if answer["ok"] else outbox.FAILED, **fields})
     append_event(d, "notify_sent" if answer["ok"] else "notify_failed", what=what, channel=number, via=via, **fields)
+
+
+def _waiting_on(d: str, key: str, number: int) -> bool:
+    """An earlier notification that channel `number` carries has no answer there yet (its sender may still
+    be starting: it was queued a moment ago, or works)."""
+    recs = outbox.records(d)
+    answered = {r["key"] for r in recs if r.get("state") == outbox.DONE or (
+        r.get("state") in (outbox.SENT, outbox.FAILED) and r.get("channel") == number)}
+    for rec in recs:
+        if rec.get("state") != outbox.QUEUED:
+            continue
+        if rec["key"] == key:
+            return False
+        if number in (rec.get("channels") or []) and rec["key"] not in answered:
+            return True
+    return False
+
+
+def wait_turn(d: str, key: str, number: int, bound: float = TURN_WAIT, poll: float = 0.2) -> bool:
+    """Per channel, notifications go out in the order they were queued (a `stalled` never after its
+    `aborted`): wait while an earlier one has no answer on this channel, `bound` seconds at most (its sender
+    died). True when it waited."""
+    deadline = time.time() + bound
+    waited = False
+    while time.time() < deadline and _waiting_on(d, key, number):
+        waited = True
+        time.sleep(poll)
+    return waited
 
 
 def tool_notify(argv: List[str]) -> int:
@@ -70,7 +102,9 @@ def tool_notify(argv: List[str]) -> int:
 
         def one(number: int = number, channel: Dict[str, Any] = channel) -> None:
             try:
-                answer = deliver.with_retries(channel, payload, since=queued_at, folder=d,
+                waited = wait_turn(d, key, number)
+                answer = deliver.with_retries(channel, payload, since=max(queued_at, time.time()) if waited else
+                                              queued_at, event_ts=queued_at, folder=d,
                                               payload_file=outbox.payload_file(d, key),
                                               output=outbox.output_file(d, key, number), mask=masker)
             except Exception as exc:  # noqa: BLE001 - a channel's every failure is a recorded one
