@@ -26,6 +26,7 @@ import yaml
 from benchkit import GPUOPS, ROOT, Row, Site, wait_for
 from faults_agent import AGENT_FAULTS
 from faults_restart import RESTART_FAULTS
+from faults_35_notify import NOTIFY_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
@@ -269,7 +270,7 @@ FAULTS: List[Tuple[str, Callable[[], Result]]] = AGENT_FAULTS + [
     ("19.12 a resumed watchdog: ABORT shown twice", resumed_watchdog),
     ("29.8 an excursion whose way out left the window", excursion_way_back),
     ("29.8 a periodic eval pause", eval_pause),
-] + RESTART_FAULTS
+] + RESTART_FAULTS + NOTIFY_FAULTS
 
 
 def matrix(faults: List[Tuple[str, Callable[[], Result]]]) -> List[Tuple[str, str, str]]:

@@ -67,9 +67,12 @@ class Hook:
                     self.send_response(200)
                     self.send_header("Content-Length", "1000")
                     self.end_headers()
-                    while not hook.release.wait(1.0):
-                        self.wfile.write(b"x")
-                        self.wfile.flush()
+                    try:
+                        while not hook.release.wait(1.0):
+                            self.wfile.write(b"x")
+                            self.wfile.flush()
+                    except OSError:  # the client gave up on it: what the trickle is for
+                        return
                 else:
                     self._answer(hook.answer, phrase, b"ok")
                 with hook.lock:
