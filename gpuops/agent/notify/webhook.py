@@ -128,8 +128,7 @@ def post(url: str, data: bytes, mask: Callable[[str], str], timeout: float = TRY
         if "status" in seen:
             answer = {"ok": False, "status": seen["status"], "retry": True, "reason": _trickled(seen["status"], timeout)}
         else:
-            answer = {"ok": False, "retry": True,
-                      "reason": "no answer within %gs (the hook held the connection open)" % timeout}
+            answer = {"ok": False, "retry": True, "reason": "no answer within %gs" % timeout}
     else:
         answer = box[0]
     if "reason" in answer:
