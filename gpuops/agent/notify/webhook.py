@@ -10,12 +10,16 @@ from __future__ import annotations
 import base64
 import http.client
 import socket
-import ssl
 import threading
 import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+try:
+    import ssl
+except ImportError:  # a Python built without it: http hooks only
+    ssl = None  # type: ignore[assignment]
 
 from .said import clean
 
@@ -90,7 +94,9 @@ class _Http(urllib.request.HTTPHandler):
         return self.do_open(_registering(http.client.HTTPConnection, self.socks), req)
 
 
-class _Https(urllib.request.HTTPSHandler):
+class _Https(getattr(urllib.request, "HTTPSHandler", urllib.request.BaseHandler)):  # type: ignore[misc]
+    """(A Python built without ssl has no HTTPSHandler: it is left out, and an https URL cannot be reached.)"""
+
     def __init__(self, socks: _Sockets) -> None:
         super().__init__()
         self.socks = socks
@@ -143,7 +149,8 @@ def _trickled(status: int, timeout: float) -> str:
 def _try(url: str, data: bytes, headers: Dict[str, str], socks: _Sockets, seen: Dict[str, int],
          timeout: float) -> Answer:
     """The request and its answer (the caller's clock ends it; each read's own timeout is a backstop)."""
-    opener = urllib.request.build_opener(_Http(socks), _Https(socks), _NoRedirect())
+    handlers = [_Http(socks), _NoRedirect()] + ([_Https(socks)] if ssl is not None else [])
+    opener = urllib.request.build_opener(*handlers)
     req = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
         with opener.open(req, timeout=timeout + 1.0) as resp:
@@ -178,9 +185,9 @@ def _why(exc: Any) -> str:
         return "no answer in time"
     if isinstance(exc, socket.gaierror):
         return "cannot resolve the hook's host (%s)" % (exc.strerror or "name lookup failed")
-    if isinstance(exc, ssl.SSLCertVerificationError):
+    if ssl is not None and isinstance(exc, ssl.SSLCertVerificationError):
         return "TLS: the hook's certificate was refused (%s)" % (exc.verify_message or exc.reason or "not verified")
-    if isinstance(exc, ssl.SSLError):
+    if ssl is not None and isinstance(exc, ssl.SSLError):
         return "TLS: %s" % (exc.reason or "handshake failed")
     if isinstance(exc, OSError) and exc.errno:
         return "[Errno %d] %s" % (exc.errno, exc.strerror or "")
