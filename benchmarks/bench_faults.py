@@ -30,6 +30,7 @@ from faults_35_local import LOCAL_FAULTS
 from faults_35_report import REPORT_FAULTS
 from faults_35_stacks import STACKS_FAULTS
 from faults_35_joblink import JOBLINK_FAULTS
+from faults_35_notify import NOTIFY_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
@@ -273,7 +274,7 @@ FAULTS: List[Tuple[str, Callable[[], Result]]] = AGENT_FAULTS + [
     ("19.12 a resumed watchdog: ABORT shown twice", resumed_watchdog),
     ("29.8 an excursion whose way out left the window", excursion_way_back),
     ("29.8 a periodic eval pause", eval_pause),
-] + RESTART_FAULTS + STACKS_FAULTS + LOCAL_FAULTS + REPORT_FAULTS + JOBLINK_FAULTS
+] + RESTART_FAULTS + STACKS_FAULTS + LOCAL_FAULTS + REPORT_FAULTS + JOBLINK_FAULTS + NOTIFY_FAULTS
 
 
 def matrix(faults: List[Tuple[str, Callable[[], Result]]]) -> List[Tuple[str, str, str]]:

@@ -18,6 +18,7 @@ import pytest
 
 from bench import jsoncheck
 from bench.cli import CtCli, gpuops
+from gpuops.agent.wire.protocol import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION = "schema"
@@ -31,8 +32,6 @@ def printed_schema() -> dict:
 
 
 def test_gpuops_schema_prints_a_draft_2020_12_schema_of_closed_versioned_events() -> None:
-    from gpuops.agent.wire.protocol import SCHEMA_VERSION
-
     schema = printed_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -50,7 +49,7 @@ def test_gpuops_schema_prints_a_draft_2020_12_schema_of_closed_versioned_events(
 def test_the_whole_schema_refuses_an_undocumented_field_a_wrong_type_and_a_missing_version() -> None:
     validator = jsonschema.Draft202012Validator(printed_schema())
     good = {"ts": "2026-12-01T10:00:00.000Z", "event": "warmup_done", "target": "ct200", "run": "20261201-100000-abcdef",
-            "gpu": 5, "seconds": 1.5, "schema_version": 1}
+            "gpu": 5, "seconds": 1.5, "schema_version": SCHEMA_VERSION}
     assert validator.is_valid(good)
     assert not validator.is_valid({**good, "surprise": 1})  # documented nowhere
     assert not validator.is_valid({**good, "gpu": "5"})
@@ -116,7 +115,7 @@ def test_every_commands_json_validates_against_the_schema(ct: Ct) -> None:
                  "match", "abort_start", "summary"):
         assert kind in got, (kind, got)
     summary = launch.events()[-1]
-    assert (summary["exit_code"], summary["rule"], summary["schema_version"]) == (7, "fx-tracing-race", 1)
+    assert (summary["exit_code"], summary["rule"], summary["schema_version"]) == (7, "fx-tracing-race", SCHEMA_VERSION)
     for args in (("logs", "--json"), ("logs", "-f", "--json"), ("status", "--json"), ("runs", "--json"),
                  ("stop", "--json")):
         result = ct.gpuops(*args)

@@ -9,8 +9,10 @@ channel's answer; a command channel gets the payload and its line in its env.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +158,73 @@ def test_a_command_channel_runs_on_the_target_with_the_payload_when_the_run_ends
     (sent,) = [e for e in events(ct.run_dir()) if e["event"] == "notify_sent"]
     assert sent["exit"] == 0 and Path(sent["output"]).parent == ct.run_dir() / "notify"
     assert not [p for p in procs.find(lambda env: env.get(b"GPUOPS_NOTIFY_JSON") is not None) if p != os.getpid()]
+
+
+def test_notify_test_reports_a_redirect_a_trickle_and_a_hostile_phrase_as_failures_and_shows_no_password(ct: Ct) -> None:
+    with Hook(redirect="/elsewhere") as redirecting, Hook(trickle=True) as trickling, \
+            Hook(500, phrase="\x1b]0;owned\x07\x1b[2JBoom") as hostile, Hook(path="/T0/s3cr3t-tok") as guarded:
+        env = {"GPUOPS_TEST_HOOK": f"http://user:pa55word@127.0.0.1:{guarded.port}/T0/s3cr3t-tok",
+               "GPUOPS_TEST_PORTLESS": "http://user:pa55word@127.0.0.1/T0/s3cr3t-tok"}
+        with_notify(ct, trainer("steps"), [{"webhook": redirecting.url}, {"webhook": trickling.url},
+                                           {"webhook": hostile.url}, {"webhook": {"from_env": "GPUOPS_TEST_HOOK"}},
+                                           {"webhook": {"from_env": "GPUOPS_TEST_PORTLESS"}}])
+        text = ct.gpuops("notify-test", env=env, timeout=60)  # a trickle held a try for hours
+        as_json = ct.gpuops("notify-test", "--json", env=env, timeout=60)
+        assert redirecting.gets == [] and guarded.auth[0] == "Basic " + base64.b64encode(b"user:pa55word").decode()
+    assert text.code == as_json.code == 9, text
+    assert "NOTIFICATION FAILED (test) through webhook channel 1: HTTP 302 Found: the hook redirects" in text.err, text
+    assert "channel 2: HTTP 200 but the answer did not end within 10s" in text.err
+    assert "notified (test) through webhook channel 4: HTTP 200" in text.err
+    answers = {e["channel"]: e for e in as_json.events()[:-1]}
+    assert [answers[n]["event"] for n in range(1, 6)] == ["notify_failed", "notify_failed", "notify_failed",
+                                                          "notify_sent", "notify_failed"], answers
+    assert answers[3]["reason"] == "HTTP 500 \\x1b]0;owned\\x07\\x1b[2JBoom"  # the hook's words, never acted on
+    shown = text.out + text.err.encode() + as_json.out + as_json.err.encode()
+    assert b"pa55word" not in shown and b"s3cr3t" not in shown and b"\x1b" not in shown
+
+
+def test_notify_test_killed_leaves_nothing_of_it_on_the_target(ct: Ct) -> None:
+    marker = ct.tmp / "slow-command"
+    root = str(ct.fake.root).encode()
+
+    def left() -> list[int]:
+        return [pid for pid in procs.find(lambda env: any(root in v for v in env.values()))
+                if b"notify-test" in _cmdline(pid) or str(marker).encode() in _cmdline(pid)]
+
+    with Hook(trickle=True) as trickling:
+        with_notify(ct, trainer("steps"), [{"webhook": trickling.url}, {"command": f"sleep 25; touch {marker}"}])
+        running = ct.start("notify-test")
+        running.wait_for(lambda: trickling.got and left(), "the notify-test agent to try both channels")
+        running.signal(signal.SIGKILL)  # no chance to tidy up: its ssh (in a session of its own) lives on
+        assert running.finish(timeout=30).code == -signal.SIGKILL
+        wait_until(lambda: not left(), timeout=8, message="notify-test's agent and its command to end with it")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_an_event_this_gpuops_does_not_know_leaves_logs_with_the_runs_exit_code(ct: Ct) -> None:
+    from gpuops.agent.wire.protocol import SCHEMA_VERSION
+
+    with_notify(ct, trainer("fx-thread"), [{"webhook": "http://127.0.0.1:1/hook"}])
+    assert ct.gpuops("launch").code == 7
+    newer = SCHEMA_VERSION + 1
+    with open(ct.run_dir() / "events.jsonl", "a") as fh:  # a newer agent's records
+        for record in ({"event": "notify_escalated", "what": "aborted", "kind": "pager", "channel": 1},
+                       {"event": "notify_sent", "what": "aborted", "kind": "webhook", "channel": 1, "via": "webhook",
+                        "status": 200},
+                       {"event": "note", "what": "surprise", "kind": "x", "message": "a newer note"}):
+            fh.write(json.dumps({"schema_version": newer, "ts": 1.0, "by": "watchdog", **record}) + "\n")
+    assert ct.gpuops("logs").code == 0
+    followed = ct.gpuops("logs", "-f")
+    assert followed.code == 7, followed
+    assert followed.err.count("was written by a newer gpuops") == 1, followed.err
+    as_json = ct.gpuops("logs", "-f", "--json")  # every line valid in this gpuops' schema (bench.cli checks)
+    assert as_json.code == 7, as_json
+    unknown = [e for e in as_json.events() if e["event"] == "unknown_event"]
+    assert [(e["name"], e["record"].get("kind")) for e in unknown] == [
+        ("notify_escalated", "pager"), ("notify_sent", "webhook"), ("note", "x")], unknown

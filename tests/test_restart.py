@@ -28,13 +28,15 @@ def ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:
 
 
 def with_restart(ct: Ct, command: str, restart: dict[str, Any], env: dict[str, str] | None = None,
-                 **options: Any) -> Path:
-    """The bench playbook running `command`, with a `restart:` section (and `env`)."""
+                 notify: list[dict[str, Any]] | None = None, **options: Any) -> Path:
+    """The bench playbook running `command`, with a `restart:` section (and `env`, `notify`)."""
     path = ct.playbook(command, **options)
     data = yaml.safe_load(path.read_text())
     data["restart"] = restart
     if env:
         data["env"] = env
+    if notify:
+        data["notify"] = notify
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -63,14 +65,23 @@ def run_over(ct: Ct) -> bool:
 
 
 def test_an_fx_race_on_the_first_attempt_is_restarted_with_the_guard_and_the_run_succeeds_detached(ct: Ct) -> None:
+    from bench.hook import Hook
+
     command = fails_once(ct, trainer("fx-thread"), trainer("steps", "--steps", "5"))
-    with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race", "stall"], "compile_guard": True, "delay": 1})
-    result = ct.gpuops("launch", "--detach", "--json")
-    assert result.code == 0, result
-    assert result.events()[-1]["attempts"] == 1, result
-    run_id = ct.run_id()
-    d = ct.run_dir()
-    wait_until(lambda: run_over(ct), timeout=90, message="the restarted run to finish with nobody attached")
+    with Hook() as hook:
+        with_restart(ct, command, {"max": 2, "on": ["fx-tracing-race", "stall"], "compile_guard": True, "delay": 1},
+                     notify=[{"webhook": hook.url, "on": ["restarted"]}])
+        result = ct.gpuops("launch", "--detach", "--json")
+        assert result.code == 0, result
+        assert result.events()[-1]["attempts"] == 1, result
+        run_id = ct.run_id()
+        d = ct.run_dir()
+        wait_until(lambda: run_over(ct) and hook.got, timeout=90, message="the restarted run to finish, nobody attached")
+        (restarted,) = hook.of("restarted")
+        (_, arrived, _), = hook.times
+    # `restarted` is told once attempt 2 has started, not when its delay began.
+    (started,) = [e for e in events(d) if e["event"] == "attempt_started"]
+    assert arrived >= started["ts"] and (restarted["attempt"], restarted["rule"]) == (2, "fx-tracing-race"), restarted
     # One run id; attempt 1's records kept beside attempt 2's.
     assert ct.run_id() == run_id
     first = (d / "attempts" / "1" / "log").read_bytes()
@@ -164,16 +175,25 @@ def test_stall_restarts_a_hung_attempt(ct: Ct) -> None:
 
 
 def test_stop_during_the_restart_delay_ends_the_run_for_good(ct: Ct) -> None:
-    d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"),
-                 {"max": 2, "on": ["fx-tracing-race"], "delay": 60})
-    wait_until(lambda: restart_events(d), timeout=60, message="the restart of the first attempt")
-    status = ct.gpuops("status", "--json")
-    (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
-    assert (session["run"]["state"], session["run"]["attempts"]) == ("restarting", 2), session
-    stopped = ct.gpuops("stop", "--json")
-    assert stopped.code == 0, stopped
-    assert (stopped.events()[-1]["outcome"], stopped.events()[-1]["attempts"]) == ("stopped", 2), stopped
-    wait_until(lambda: run_over(ct), timeout=60, message="the watchdog to end the run")
+    from bench.hook import Hook
+    from test_notify import notify_done
+
+    with Hook() as hook:  # told `aborted`, then `ended` saying why: never `restarted` for a restart that never ran
+        d = detached(ct, trainer("fx-thread"), trainer("steps", "--steps", "3"),
+                     {"max": 2, "on": ["fx-tracing-race"], "delay": 60}, notify=[{"webhook": hook.url}])
+        wait_until(lambda: restart_events(d), timeout=60, message="the restart of the first attempt")
+        status = ct.gpuops("status", "--json")
+        (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
+        assert (session["run"]["state"], session["run"]["attempts"]) == ("restarting", 2), session
+        stopped = ct.gpuops("stop", "--json")
+        assert stopped.code == 0, stopped
+        assert (stopped.events()[-1]["outcome"], stopped.events()[-1]["attempts"]) == ("stopped", 2), stopped
+        wait_until(lambda: run_over(ct), timeout=60, message="the watchdog to end the run")
+        wait_until(lambda: notify_done(ct, 2), timeout=30, message="the ended notification")
+        assert hook.whats() == ["aborted", "ended"], hook.whats()
+        (ended,) = hook.of("ended")
+    assert ended["restart_failed"] == "attempt 2 never started: the run was stopped by gpuops stop while it waited"
+    assert ended["restart_failed"] in ended["text"]
     assert json.loads((d / "abort.json").read_text())["by"] == "stop"
     assert not (d / "started").exists() and not (d / "log").exists()  # attempt 2 never started
     kinds = [e["event"] for e in events(d)]

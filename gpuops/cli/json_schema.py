@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuops.agent.notify.payload import TEST as NOTIFY_TEST, WHATS as NOTIFY_WHATS
-from gpuops.agent.wire.protocol import SCHEMA_VERSION, RunState
+from gpuops.agent.wire.protocol import SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
 Schema = dict[str, Any]
 
@@ -128,9 +128,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "watchdog_stale": ({"age": opt(N), "stale_after": N}, ("age",)),
     "watchdog_back": ({"age": N}, ("age",)),
     "watchdog": ({
-        "what": {"enum": ["watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
-                          "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done",
-                          "attempt_started", "restart_cancelled", "restart_failed", "job_abort", "job_link"]},
+        "what": {"enum": list(WATCHDOG_NOTES)},
         "by": WHO, "message": S, "rule": opt(S), "advice": opt(S), "figures": opt(OBJ), "restarts": I, "delay": N,
         "signal": I, "exit": opt(I), "frozen": N, "offset": I, "stopped_by": opt(S), "reason": opt(S), "attempt": I,
         "max_attempts": opt(I), "compile_guard": B, "held_by": opt(by_gpu(arr(I))), "state": S, "first_node": opt(S),
@@ -138,6 +136,8 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     }, ("what",)),
     "restart": ({"attempt": I, "max_attempts": I, "after": S, "compile_guard": B, "delay": N, "warmup": B,
                  "previous": ref("attempt_ended"), "by": WHO}, ("attempt", "max_attempts", "after", "compile_guard")),
+    "unknown_event": ({"name": S, "record": OBJ, "newer": B}, ("name", "record")),
+    "newer_run": ({"version": I, "this_version": I}, ("version", "this_version")),
     "reconnecting": ({"error": S, "attempt": I}, ("error", "attempt")),
     "reconnected": ({"offset": I}, ("offset",)),
     "timeout": ({}, ()),
@@ -157,7 +157,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "notify": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "playbook": S, "outcome": S, "exit_code": opt(EXIT),
         "rule": opt(S), "excerpt": opt(S), "attempt": I, "max_attempts": I, "text": S, "by": opt(S),
-        "command_exit_code": opt(I), "stacks": arr(ref("stack_process")),
+        "command_exit_code": opt(I), "stacks": arr(ref("stack_process")), "restart_failed": S,
     }, ("run", "what", "playbook", "outcome", "exit_code", "rule", "excerpt", "attempt", "max_attempts", "text")),
     "notify_sent": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": I, "via": NOTIFY_VIA, "status": I, "exit": I,

@@ -74,6 +74,9 @@ class JsonRenderer:
                 self.emit({**base, "line": line.decode("utf-8", "replace")})
             return
         data = {k: v for k, v in ev.data.items() if not isinstance(v, bytes)}
+        if ev.newer:  # a newer gpuops' record: its shape is not this schema's to vouch for, so it is data
+            data, base["event"] = {"name": ev.kind if ev.kind != "watchdog" else data.get("what"), "record": data,
+                                   "newer": True}, "unknown_event"
         self.emit({**base, **data})
 
     def outcome(self, out: Outcome, target: str | None = None) -> None:
@@ -107,6 +110,11 @@ def _who(by: Any) -> str:
             "pane": "a Ctrl-C typed in the run's tmux pane"}.get(str(by), str(by))
 
 
+def _seconds(value: Any) -> str:
+    """10.0 as `10s`; a value of an older or newer record that is no number, as it is."""
+    return f"{value:g}s" if isinstance(value, (int, float)) else f"{value}s"
+
+
 def _last(text: Any) -> str:
     """A command's output, as one line: its last non-blank line."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
@@ -128,7 +136,7 @@ _WATCHDOG_WORDS = {
     "note": lambda ev: f"note: {ev.get('message')}",
     "restart": lambda ev: (
         f"RESTART: attempt {ev.get('attempt')} of {ev.get('max_attempts')} after '{ev.get('after')}'"
-        + (" with the compile guard" if ev.get("compile_guard") else "") + f", in {ev.get('delay'):g}s"
+        + (" with the compile guard" if ev.get("compile_guard") else "") + f", in {_seconds(ev.get('delay'))}"
         + (" after the warmup" if ev.get("warmup") else "") + " (the watchdog restarts training)"),
     "attempt_started": lambda ev: (
         f"attempt {ev.get('attempt')} of {ev.get('max_attempts')} started"
@@ -190,6 +198,15 @@ class TextRenderer:
         self.err.flush()
 
     def event(self, ev: Event) -> None:
+        if not ev.newer:
+            self._event(ev)
+            return
+        try:  # a newer gpuops' record: shown as its kind is, or as recorded where its shape is not what we know
+            self._event(ev)
+        except Exception:  # noqa: BLE001 - an unknown shape is data, never a crash
+            self.say(f"[{ev.target}] {ev.kind}: {ev.data}")
+
+    def _event(self, ev: Event) -> None:
         k = ev.kind
         tag = f"[{ev.target}]"
         if looks.QUIET and k != "log":  # -q: the outcome and errors only (the log's bytes are the command's output)
@@ -260,6 +277,12 @@ class TextRenderer:
             self.say(f"{tag} processes of the run survived SIGKILL: {ev.get('pids')}")
         elif k == "timeout":
             self.say(f"{tag} --timeout ran out; stopping run {ev.run}")
+        elif k == "newer_run":
+            self.say(f"{tag} run {ev.run} was written by a newer gpuops (its records are version {ev.get('version')}, "
+                     f"this gpuops knows {ev.get('this_version')}): what this one does not know is shown as recorded "
+                     "or left out; update gpuops to see all of it")
+        elif k == "unknown_event" and self.verbose:
+            self.say(f"{tag} the run recorded '{ev.get('name')}', which this gpuops does not know: {ev.get('record')}")
         elif self.verbose:
             self.say(f"{tag} {k} {ev.data}")
 

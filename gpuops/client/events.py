@@ -16,6 +16,9 @@ class Event:
     run: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     ts: float = field(default_factory=time.time)
+    #: Read from a record a newer gpuops wrote: its fields may be ones this gpuops does not know (shown as
+    #: recorded: `--json` prints it as an `unknown_event`).
+    newer: bool = False
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)

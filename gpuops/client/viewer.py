@@ -18,12 +18,15 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.wire.protocol import HEARTBEAT_STALE, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.watch.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
           "restart", "notify_sent", "notify_failed")
+_KNOWN = frozenset(_SHOWN + WATCHDOG_NOTES)
+#: A record's fields that are its envelope, not its data (the event carries its own).
+_ENVELOPE = ("event", "ts", "schema_version", "target", "run")
 
 
 def build_matcher(job: Job, start_offset: int = 0) -> Any:
@@ -62,6 +65,7 @@ class Viewer:
         self.session_gone = False  # the watchdog saw the session vanish under a running command
         self.missing = 0
         self.stall_said = False
+        self.newer_said = False  # the run's records were written by a newer gpuops: said once
         self.attempts = 1  # the run's attempts so far (the watchdog's `restart` events say when one begins)
         self.ended_attempts: list[dict[str, Any]] = []  # how each earlier attempt ended (for JUnit)
         self.new_stall_clock()
@@ -74,7 +78,8 @@ class Viewer:
 
     def new_attempt(self, rec: dict[str, Any]) -> None:
         """The watchdog restarts training: what was seen belongs to the attempt before (the log resets itself)."""
-        self.attempts = max(self.attempts, int(rec.get("attempt") or self.attempts + 1))
+        n = rec.get("attempt")
+        self.attempts = max(self.attempts, n if isinstance(n, int) and not isinstance(n, bool) else self.attempts + 1)
         if isinstance(rec.get("previous"), dict):
             self.ended_attempts.append(rec["previous"])
         self.first_abort, self.reported, self.held, self.wd_offset = None, set(), [], -1
@@ -115,9 +120,18 @@ class Viewer:
                 yield from self.stop("match", hit)
 
     def on_watchdog(self, ev: WatchdogEvent) -> Iterator[Event]:
-        rec = dict(ev.record)
-        kind = str(rec.pop("event", "watchdog"))
-        rec.pop("ts", None)
+        """One record of the watchdog's: shown as the event it is; one this gpuops does not know (an older or a
+        newer gpuops wrote it) as data, an `unknown_event`, never as keyword arguments."""
+        rec = {k: v for k, v in ev.record.items() if k not in _ENVELOPE}
+        kind = ev.record.get("event")
+        version = ev.record.get("schema_version")
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
+        if newer and not self.newer_said:
+            self.newer_said = True
+            yield self.event("newer_run", version=version, this_version=SCHEMA_VERSION)
+        if not isinstance(kind, str) or kind not in _KNOWN:
+            yield Event("unknown_event", self.target, self.run_id, {"name": str(kind), "record": rec})
+            return
         if kind == "session_gone":
             self.session_gone = True
         if kind == "restart":
@@ -130,9 +144,9 @@ class Viewer:
             if rec.get("action") == "abort" and self.first_abort is None:
                 self.first_abort = rec
         if kind in _SHOWN:
-            yield self.event(kind, **rec)
+            yield Event(kind, self.target, self.run_id, rec, newer=newer)
         else:
-            yield self.event("watchdog", what=kind, **rec)
+            yield Event("watchdog", self.target, self.run_id, {**rec, "what": kind}, newer=newer)
 
     def on_heartbeat(self, ev: Heartbeat) -> Iterator[Event | Outcome]:
         if self.deadline is not None and time.monotonic() >= self.deadline:

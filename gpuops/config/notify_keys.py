@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from typing import Mapping as Env
-from urllib.parse import urlsplit
 
 from gpuops.agent.notify.payload import DEFAULT_ON, WHATS
+from gpuops.agent.notify.webhook import split_url
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Channel
 from gpuops.config.yamlpos import Node, Scalar
@@ -16,6 +16,9 @@ CHANNEL_KEYS = ("on", "webhook", "format", "command")
 WEBHOOK_KEYS = ("value", "from_env", "secret")
 FORMATS = ("json", "slack")
 MAX_CHANNELS = 20
+#: A notify command's size at most (UTF-8 bytes): Linux passes it to bash as one argument of at most 128 KiB
+#: (MAX_ARG_STRLEN); half of that leaves room for the rest of what the command line carries.
+MAX_COMMAND = 1 << 16
 
 
 def parse_notify(node: Node | None, environ: Env[str, str] = os.environ, need_env: bool = True) -> tuple[Channel, ...]:
@@ -44,9 +47,21 @@ def _channel(node: Node, number: int, environ: Env[str, str], need_env: bool) ->
                                                       "payload in the file $GPUOPS_NOTIFY_JSON")
         fmt = s.choice(n, FORMATS, "a webhook format (json: the payload; slack: {\"text\": ...})")
     if command is not None:
-        return Channel(on=on, command=s.nonempty(command, "a command run on the target"))
+        return Channel(on=on, command=_command(command, where))
     url, secret, source = _webhook(hook, where, environ, need_env)
     return Channel(on=on, webhook=url, secret=secret, format=fmt, from_env=source)  # type: ignore[arg-type]
+
+
+def _command(node: Node, where: str) -> str:
+    """A command the target can run: bash gets it as one argument, which Linux caps (MAX_ARG_STRLEN)."""
+    command = s.nonempty(node, "a command run on the target")
+    if "\x00" in command:
+        raise ConfigError(node.mark, f"{where}: the command holds a NUL character, which no command can")
+    size = len(command.encode("utf-8"))
+    if size > MAX_COMMAND:
+        raise ConfigError(node.mark, f"{where}: the command is {size} bytes, more than {MAX_COMMAND}: bash gets it as "
+                                     "one argument, which Linux caps at 128 KiB; put it in a script on the target")
+    return command
 
 
 def _on(node: Node, where: str) -> tuple[str, ...]:
@@ -57,7 +72,17 @@ def _on(node: Node, where: str) -> tuple[str, ...]:
 
 
 def _webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:
-    """(URL, secret, the local variable it was read from)."""
+    """(URL, secret, the local variable it was read from). A URL with credentials (`user:password@`) is a
+    secret whatever the playbook says: its password is never shown."""
+    url, secret, source = _read_webhook(node, where, environ, need_env)
+    return url, secret or _has_credentials(url), source
+
+
+def _has_credentials(url: str) -> bool:
+    return "@" in url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+
+
+def _read_webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:
     if isinstance(node, Scalar):
         return _url(s.nonempty(node, "a webhook URL (http:// or https://)"), node.mark, where, shown=True), False, None
     sec = s.Section(node, f"{where}'s webhook", WEBHOOK_KEYS)
@@ -83,14 +108,14 @@ def _webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> 
 
 
 def _url(url: str, mark: Mark, where: str, *, shown: bool, source: str | None = None) -> str:
-    """An http(s) URL with a host; the message never quotes a secret one."""
-    parts = urlsplit(url) if url.isprintable() else None
-    if parts is not None and parts.scheme in ("http", "https") and parts.hostname:
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
+    """An http(s) URL with a host the sender can POST to (webhook.split_url: a `user:password@` is sent as
+    Basic authentication); the message never quotes a secret one."""
+    try:
+        if url.isprintable():
+            split_url(url)
             return url
-        except ValueError:
-            pass
+    except ValueError:  # a bad port, a bad IPv6 host ("http://[::1/x")
+        pass
     what = f"environment variable '{source}'" if source else f"{where}'s webhook"
-    got = f": got {url!r}" if shown else " (its value is a secret: not shown)"
+    got = f": got {url!r}" if shown and not _has_credentials(url) else " (its value is a secret: not shown)"
     raise ConfigError(mark, f"{what} is not an http:// or https:// URL with a host{got}")

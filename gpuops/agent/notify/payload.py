@@ -8,14 +8,16 @@ from typing import Any, Dict, Optional
 
 from ..wire import protocol as p
 from ..wire.records import outcome, read_json, read_text, command_exit_code
+from .said import clean
 
 #: The events a channel may be told of (playbook `notify[].on`), and the default.
 WHATS = ("aborted", "restarted", "ended", "warned", "stalled")
 DEFAULT_ON = ("aborted", "restarted", "ended")
 TEST = "test"  # `gpuops notify-test`
-#: The watchdog's events that make a notification (events.jsonl `event` -> `what`).
-FROM_EVENT = {"abort_start": "aborted", "stopped_elsewhere": "aborted", "restart": "restarted", "done": "ended",
-              "match": "warned", "stall": "stalled"}
+#: The watchdog's events that make a notification (events.jsonl `event` -> `what`). `restarted` is told when
+#: the next attempt has started (not when its delay begins: a stop in the delay, or a GPU taken, means none).
+FROM_EVENT = {"abort_start": "aborted", "stopped_elsewhere": "aborted", "attempt_started": "restarted",
+              "done": "ended", "match": "warned", "stall": "stalled"}
 EXCERPT_LIMIT = 4000
 #: Who stopped a run (abort.json `by`), in words.
 BY = {"watchdog": "the watchdog", "client": "a following gpuops", "stop": "gpuops stop", "timeout": "--timeout"}
@@ -57,14 +59,15 @@ def build(d: str, cfg: Dict[str, Any], what: str, data: Dict[str, Any]) -> Dict[
         name, code = p.RunState.STALLED, p.EXIT_STALLED
         excerpt = data.get("last_line") or (abort or {}).get("last_line")
     elif what == "restarted":
-        prev = data.get("previous") or {}
-        name, code = p.RunState.RESTARTING, None
-        rule = data.get("after") or rule
-        excerpt = prev.get("excerpt") or excerpt
         attempt = int(data.get("attempt") or attempt)
+        prev = data.get("previous") or read_json(os.path.join(p.attempt_dir(d, attempt - 1), p.ATTEMPT)) or {}
+        name, code = p.RunState.RUNNING, None
+        rule = data.get("after") or rec.get("after") or prev.get("rule") or rule
+        excerpt = prev.get("excerpt") or excerpt
     elif what == "ended":
         name, code = outcome(exit_text, abort, False)
         facts["command_exit_code"] = command_exit_code(exit_text)
+        facts["restart_failed"] = _restart_failed(rec, abort)
         if abort is None:
             rule, excerpt = None, None
     else:  # warned
@@ -88,6 +91,17 @@ def test_payload(run: str, target: str, playbook: str) -> Dict[str, Any]:
                "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "schema_version": p.SCHEMA_VERSION}
     payload["text"] = text(payload)
     return payload
+
+
+def _restart_failed(rec: Dict[str, Any], abort: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why the attempt the run waited for never ran (attempt.json): it could not start, or a stop came first."""
+    n = rec.get("attempt")
+    if rec.get("start_failed"):
+        return "attempt %s could not start: %s" % (n, rec["start_failed"])
+    if rec.get("state") == p.ATTEMPT_STOPPED:
+        by = BY.get(str((abort or {}).get("by")), (abort or {}).get("by") or "a stop")
+        return "attempt %s never started: the run was stopped by %s while it waited" % (n, by)
+    return None
 
 
 def _restart_due(d: str, cfg: Dict[str, Any]) -> bool:
@@ -114,7 +128,11 @@ def _first_line(value: Any) -> str:
 
 
 def text(payload: Dict[str, Any], line: Any = None) -> str:
-    """One line: what happened, where, what to do."""
+    """One line: what happened, where, what to do; a control character of the log (a NUL, an escape) as \\xNN."""
+    return clean(_text(payload, line))
+
+
+def _text(payload: Dict[str, Any], line: Any) -> str:
     run, what = payload["run"], payload["what"]
     where = "run %s (%s) on %s" % (run, payload["playbook"], payload["target"])
     look = "gpuops logs --run %s -t %s" % (run, payload["target"])
@@ -137,8 +155,9 @@ def text(payload: Dict[str, Any], line: Any = None) -> str:
         ok = payload["exit_code"] == 0
         how = "SUCCEEDED (exit 0)" if ok else "ENDED: %s, exit %s" % (payload["outcome"], payload["exit_code"])
         extra = (", rule '%s'" % rule) if rule and not ok else ""
+        failed = ": " + payload["restart_failed"] if payload.get("restart_failed") else ""
         tail = "" if ok else "; see why: " + look
-        return "gpuops: %s %s%s%s%s" % (where, how, extra, " (%s)" % attempt if attempt else "", tail)
+        return "gpuops: %s %s%s%s%s%s" % (where, how, extra, " (%s)" % attempt if attempt else "", failed, tail)
     if what == "warned":
         return "gpuops: %s WARNING: rule '%s'%s; the run goes on; see: %s" % (where, rule, ": " + said if said else "",
                                                                             look)

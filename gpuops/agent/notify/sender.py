@@ -27,6 +27,10 @@ from ..wire.records import read_json
 from ..run.prepare import append_event
 from . import deliver, outbox
 
+#: How long a notification waits for the one queued before it on the same channel: that one's retries
+#: (5 minutes), its last try, and a margin.
+TURN_WAIT = deliver.RETRY_FOR + deliver.COMMAND_TIMEOUT + 10.0
+
 
 def _answered(d: str, key: str) -> Dict[int, str]:
     """Channel -> sent/failed, as notify.jsonl says for this key."""
@@ -42,6 +46,34 @@ def report(d: str, key: str, what: str, number: int, channel: Dict[str, Any], an
         fields["output"] = outbox.output_file(d, key, number)
     outbox.append(d, {"key": key, "channel": number, "state": outbox.SENT if answer["ok"] else outbox.FAILED, **fields})
     append_event(d, "notify_sent" if answer["ok"] else "notify_failed", what=what, channel=number, via=via, **fields)
+
+
+def _waiting_on(d: str, key: str, number: int) -> bool:
+    """An earlier notification that channel `number` carries has no answer there yet (its sender may still
+    be starting: it was queued a moment ago, or works)."""
+    recs = outbox.records(d)
+    answered = {r["key"] for r in recs if r.get("state") == outbox.DONE or (
+        r.get("state") in (outbox.SENT, outbox.FAILED) and r.get("channel") == number)}
+    for rec in recs:
+        if rec.get("state") != outbox.QUEUED:
+            continue
+        if rec["key"] == key:
+            return False
+        if number in (rec.get("channels") or []) and rec["key"] not in answered:
+            return True
+    return False
+
+
+def wait_turn(d: str, key: str, number: int, bound: float = TURN_WAIT, poll: float = 0.2) -> bool:
+    """Per channel, notifications go out in the order they were queued (a `stalled` never after its
+    `aborted`): wait while an earlier one has no answer on this channel, `bound` seconds at most (its sender
+    died). True when it waited."""
+    deadline = time.time() + bound
+    waited = False
+    while time.time() < deadline and _waiting_on(d, key, number):
+        waited = True
+        time.sleep(poll)
+    return waited
 
 
 def tool_notify(argv: List[str]) -> int:
@@ -60,7 +92,7 @@ def tool_notify(argv: List[str]) -> int:
     except OSError:
         return 0  # another sender has it
     masker = Masker(cfg.get("secrets") or [])
-    since = float(queued.get("ts") or time.time())
+    queued_at = float(queued.get("ts") or time.time())
     done = _answered(d, key)
     workers = []
     for number in queued.get("channels") or []:
@@ -69,9 +101,14 @@ def tool_notify(argv: List[str]) -> int:
         channel = channels[number - 1]
 
         def one(number: int = number, channel: Dict[str, Any] = channel) -> None:
-            answer = deliver.with_retries(channel, payload, since=since, folder=d,
-                                          payload_file=outbox.payload_file(d, key),
-                                          output=outbox.output_file(d, key, number), mask=masker)
+            try:
+                waited = wait_turn(d, key, number)
+                answer = deliver.with_retries(channel, payload, since=max(queued_at, time.time()) if waited else
+                                              queued_at, event_ts=queued_at, folder=d,
+                                              payload_file=outbox.payload_file(d, key),
+                                              output=outbox.output_file(d, key, number), mask=masker)
+            except Exception as exc:  # noqa: BLE001 - a channel's every failure is a recorded one
+                answer = {"ok": False, "reason": "the channel failed: %s" % type(exc).__name__}
             report(d, key, str(queued.get("what")), number, channel, answer)
 
         workers.append(threading.Thread(target=one, name="gpuops-notify-%d" % number))
@@ -85,11 +122,12 @@ def tool_notify(argv: List[str]) -> int:
 
 def tool_notify_test(argv: List[str]) -> int:
     """Each channel tried once, from here (the target's network and env), its answer printed as a marker."""
-    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))  # one line: stdin stays open after it
     channels: List[Dict[str, Any]] = spec.get("channels") or []
     payload: Dict[str, Any] = spec["payload"]
     masker = Masker(spec.get("secrets") or [])
     work = tempfile.mkdtemp(prefix="gpuops-notify-test-")
+    threading.Thread(target=_end_with_client, args=(work,), name="gpuops-notify-test-client", daemon=True).start()
     try:
         for name, text in (("env.sh", spec.get("env") or ""), (p.WORKDIR, spec.get("workdir") or "")):
             fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -121,3 +159,16 @@ def tool_notify_test(argv: List[str]) -> int:
     for answer in answers:
         print(p.mark("notified", json.dumps(answer, sort_keys=True)))
     return 0
+
+
+def _end_with_client(work: str) -> None:
+    """gpuops holds notify-test's stdin open while it waits for the answers: its end (gpuops killed, its
+    connection gone) ends notify-test here, its commands with it, rather than trying channels for nobody."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except OSError:
+        pass
+    deliver.kill_running()
+    shutil.rmtree(work, ignore_errors=True)
+    os._exit(3)

@@ -87,8 +87,10 @@ def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None
 
         result = start_training(os.path.basename(d), d, str(cfg.get("session")))
         if result.returncode != 0:
-            why = result.stderr.decode("utf-8", "replace").strip()[-300:] or "tmux exited %d" % result.returncode
-            say("restart_failed", attempt=rec["attempt"], message="cannot start training: " + why)
+            why = "cannot start training: " + (result.stderr.decode("utf-8", "replace").strip()[-300:]
+                                               or "tmux exited %d" % result.returncode)
+            write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "start_failed": why})  # `ended` says it
+            say("restart_failed", attempt=rec["attempt"], message=why)
             with open(os.path.join(d, p.EXIT_CODE), "w") as fh:
                 fh.write("%d\n" % 71)
             return False

@@ -46,12 +46,12 @@ MAX_REMEMBERED = 10000
 class Watchdog:
     """One run's watchdog: call run() once."""
 
-    def __init__(self, d: str, cfg: Dict[str, Any]) -> None:
+    def __init__(self, d: str, cfg: Dict[str, Any], notifier: Optional[Notifier] = None) -> None:
         self.d, self.cfg = d, cfg
         self.run_id = os.path.basename(d)
         self.session = cfg["session"]
         self.masker = Masker(cfg.get("secrets") or [])
-        self.events = EventLog(d, Notifier(d, cfg).saw)  # playbook `notify:` (agent/notify)
+        self.events = EventLog(d, (notifier or Notifier(d, cfg)).saw)  # playbook `notify:` (agent/notify)
         self.state_path = os.path.join(d, p.WATCHDOG)
         self.attempt = restarts.current(d)
         state = read_json(self.state_path) or {}
@@ -380,10 +380,15 @@ def main(argv: list) -> int:
     # Killed is not done: the supervisor starts the watchdog again unless watchdog.json says done.
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(128 + signal.SIGTERM))
     pulse = Pulse()  # the supervisor hears the watchdog while the next attempt waits, too
+    notifier = Notifier(d, cfg)  # the next attempt's start (`restarted`) is told as the watchdog's events are
+
+    def say(event: str, **data: Any) -> None:
+        append_event(d, event, **data)
+        notifier.saw(event, data)
+
     while True:
-        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(),
-                                   lambda event, **data: append_event(d, event, **data))
-        wd = Watchdog(d, cfg)
+        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(), say)
+        wd = Watchdog(d, cfg, notifier)
         if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
             wd.finish()
             return 0

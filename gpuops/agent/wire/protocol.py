@@ -23,8 +23,10 @@ from .marks import (  # noqa: F401
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`
-#: prints, as their `schema_version`. Readers take a record without one for an older run's (version 0).
-SCHEMA_VERSION = 1
+#: prints, as their `schema_version`. Readers take a record without one for an older run's (version 0), and
+#: say when a run's records are newer than this. 2: `restarted` is told when the next attempt has started,
+#: `ended` carries `restart_failed`, events a client does not know are `unknown_event`s (docs/json.md).
+SCHEMA_VERSION = 2
 
 
 def versioned(record: dict) -> dict:
@@ -59,6 +61,11 @@ ABORT_SIGNALLED = "abort-signalled"  # when the abort's signal went to the run: 
 ABORT_DONE = "abort-done.json"  # the abort sequence finished: survivors, GPUs, seconds
 ABORT_LOCK = "abort.lock"  # flock'ed by whoever runs the abort sequence: free with a claim not done = its claimer died
 EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON object a line
+#: events.jsonl's notes a client shows as a `watchdog` event, `what` naming them (the others it shows as they
+#: are: a match, an abort, a restart ...). A kind a client knows neither way is data: an `unknown_event`.
+WATCHDOG_NOTES = ("watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
+                  "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done", "attempt_started",
+                  "restart_cancelled", "restart_failed", "job_abort", "job_link")
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"

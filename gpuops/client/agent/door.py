@@ -219,13 +219,30 @@ class Agent:
         return reply
 
     def notify_test(self, spec: bytes, *, timeout: float) -> list[dict[str, Any]]:
-        """What each notify channel answered to one test payload (the spec on stdin, secrets included);
-        RemoteError when the tool said nothing."""
-        result = self._run(commands.notify_test(), timeout=max(self.timeout, timeout), stdin=spec)
-        answers = p.parse_notify_test(result.out)
-        if not answers and result.exit_code != 0:
-            raise RemoteError(self._said(f"{self.label}: notify-test failed (exit {result.exit_code}): "
-                                         f"{result.err.strip()[-300:] or 'nothing said'}"))
+        """What each notify channel answered to one test payload (the spec on stdin, one line, secrets
+        included). Its stdin is held open while it works: its end (gpuops killed or gone) ends the agent
+        and its commands there. RemoteError when the tool said nothing."""
+        stream = self._open(commands.notify_test())
+        out, code = b"", None
+        deadline = time.monotonic() + max(self.timeout, timeout)
+        try:
+            stream.write(spec.rstrip(b"\n") + b"\n")
+            while time.monotonic() < deadline:
+                chunk = stream.read(min(1.0, deadline - time.monotonic()))
+                if chunk == b"":
+                    break
+                out += chunk or b""
+            code = stream.wait(5.0)
+        finally:
+            stream.close()
+        text = out.decode("utf-8", "replace")
+        answers = p.parse_notify_test(text)
+        if not answers:
+            if self.transport.container is not None:
+                self.transport.container.raise_for_container(text)
+            said = "no answer within %gs" % (max(self.timeout, timeout)) if code is None else f"exit {code}"
+            raise RemoteError(self._said(f"{self.label}: notify-test failed ({said}): "
+                                         f"{text.strip()[-300:] or 'nothing said'}"))
         return answers
 
     def kill_session(self, session: str) -> None:
