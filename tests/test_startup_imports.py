@@ -89,7 +89,7 @@ def test_ssh_config_match_exec_still_runs_through_the_deferred_invoke(tmp_path: 
     code = textwrap.dedent(
         """
         import sys
-        from gpuops.transport._paramiko import paramiko
+        from gpuops.transport.ssh._paramiko import paramiko
         assert getattr(sys.modules["invoke"], "__spec__", None) is None, "invoke imported up front"
         cfg = paramiko.SSHConfig.from_text('Match exec "test -e %s"\\n  Port 2222\\nHost *\\n  User nobody\\n' % sys.argv[1])
         print(cfg.lookup("gpu-host").get("port"), cfg.lookup("gpu-host").get("user"))
@@ -115,7 +115,7 @@ def test_loading_the_config_imports_no_log_matcher() -> None:
 
 
 def test_validate_shows_the_connection_without_importing_an_ssh_library() -> None:
-    # validate plans each target's chain as ssh resolves it (sshplan.py); connecting it is sshchain's.
+    # validate plans each target's chain as ssh resolves it (transport/ssh/plan.py); connecting it is chain.py's.
     seen = imports_of("validate", "-i", str(REPO / "inventories/example.yaml"), "-p", str(REPO / "playbooks/dflash.yaml"))
     assert seen["code"] == 0, seen
     assert "paramiko" not in seen["imported"], seen

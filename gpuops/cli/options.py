@@ -68,7 +68,7 @@ def report_cost(verbose: bool, transports: Any) -> None:
     sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
     for client in sorted(getattr(sys.modules.get("gpuops.transport"), "clients_used", ())):
         sys.stderr.write(f"gpuops: SSH connections through {client}\n")
-    resolver = sys.modules.get("gpuops.transport.sshresolve")
+    resolver = sys.modules.get("gpuops.transport.ssh.resolve")
     for reader in sorted(getattr(resolver, "readers_used", ())):
         sys.stderr.write(f"gpuops: ssh configuration resolved by {reader}\n")
 

@@ -24,7 +24,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inventory:
         from gpuops.transport.describe import connection
 
-        from gpuops.transport.sshresolve import resolve_hosts_soon
+        from gpuops.transport.ssh.resolve import resolve_hosts_soon
 
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
