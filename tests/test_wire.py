@@ -17,7 +17,7 @@ import pytest
 from bench.fakes import FakeProxmox, make_root
 from gpuops.agent.wire import protocol as p
 from gpuops.transport.base import Result
-from gpuops.transport.pct import parse_pct_status
+from gpuops.transport.pct import parse_pct_exec, parse_pct_status
 
 REPO = Path(__file__).resolve().parents[1]
 SH = REPO / "gpuops" / "agent" / "sh"
@@ -155,8 +155,8 @@ def test_pct_exec_reply_is_none_in_a_running_container_and_pct_status_after_a_fa
                               text=True, timeout=60, cwd=fake.home(None)).stdout
 
     ran = run("200")
-    assert (ran, p.parse_pct_exec(ran)) == ("inside\n", None)
-    failed = p.parse_pct_exec(run("201"))
+    assert (ran, parse_pct_exec(ran)) == ("inside\n", None)
+    failed = parse_pct_exec(run("201"))
     assert failed is not None and failed.exec_rc != 0
     said = Result(failed.status_rc, failed.status_said.encode(), b"")
     assert parse_pct_status(said) == "stopped", failed

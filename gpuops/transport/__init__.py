@@ -2,8 +2,8 @@
 
 An SSH host is reached with the user's `ssh` binary (ssh/openssh.py), or with paramiko where there is none
 (ssh/paramiko_transport.py); the SSH family lives in ssh/, beside local.py, pct.py and become.py.
-Each kind is imported when a host of that kind is first used: paramiko only without `ssh`, pct's the agent's
-wire, and `gpuops status` starts connecting (Pool.connect_soon) before it imports what it does not
+Each kind is imported when a host of that kind is first used (paramiko only without `ssh`), and `gpuops
+status` starts connecting (Pool.connect_soon) before it imports what it does not
 need for that."""
 
 from __future__ import annotations

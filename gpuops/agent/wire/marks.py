@@ -19,7 +19,7 @@ MARKS = frozenset({
     # probe.sh
     "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
     "locked", "run", "meta", "exit", "started", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
-    "guard_counts", "pct_exec_rc", "pct_rc",
+    "guard_counts",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
     # kill_marked.sh, abort, start
@@ -259,29 +259,3 @@ def parse_kill_marked(text: str) -> List[int]:
         if key == "survivors":
             return [int(x) for x in value.split() if x.isdigit()]
     return []
-
-
-@dataclass
-class PctExecReply:
-    """pct_exec.sh's answer after a failed `pct exec`: the exec's status and output, then `pct status`'s."""
-
-    exec_rc: int
-    exec_out: str
-    status_rc: int
-    status_said: str
-
-
-def parse_pct_exec(text: str) -> Optional[PctExecReply]:
-    """pct_exec.sh's answer: None when the command ran in the container (its output is all of text)."""
-    lines = text.splitlines(keepends=True)
-    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
-    if not failed:
-        return None
-    head, after = lines[failed[0]], "".join(lines[failed[0] + 1:])
-    exec_rc = _int(head[len(MARK + "pct_exec_rc"):])
-    status_rc = next((_int(v) for k, v in marks(after) if k == "pct_rc"), None)
-    said = "\n".join(ln for ln in after.splitlines() if not ln.startswith(MARK))
-    return PctExecReply(1 if exec_rc is None or exec_rc < 0 else exec_rc, "".join(lines[: failed[0]]),
-                        1 if status_rc is None else status_rc, said)
-
-

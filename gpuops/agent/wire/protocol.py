@@ -18,8 +18,8 @@ from .frames import (  # noqa: F401  (the wire's names, one import for both side
 )
 from .marks import (  # noqa: F401
     CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
-    LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked,
-    parse_lock, parse_notify_test, parse_pct_exec, parse_probe, parse_stacks, parse_start, said_need_lib,
+    LockReply, ProbeReply, ProbeRun, ProbeSession, StartReply, mark, marks, parse_abort, parse_kill_marked,
+    parse_lock, parse_notify_test, parse_probe, parse_stacks, parse_start, said_need_lib,
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`
