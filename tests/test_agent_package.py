@@ -130,7 +130,7 @@ SHELL_PROGRAM = re.compile(
 )
 PYTHON_C_ARGV = re.compile(r"""(?:python3?['"]?|sys\.executable),\s*['"]-[A-Za-z]*c['"]""")
 # The one program that cannot be a shipped file: the installer that puts the shipped files there.
-ALLOWED = {("gpuops/client/agent/bundle.py", "install_command")}
+ALLOWED = {("gpuops/client/door/bundle.py", "install_command")}
 
 
 def inline_programs(path: Path, root: Path = REPO) -> list[str]:

@@ -78,7 +78,7 @@ def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
     The target is the one `logs` itself would pick (cli/targets.py): the first -t, else the playbook's."""
     try:
         from gpuops.cli.targets import select_targets
-        from gpuops.client.agent import Agent
+        from gpuops.client.door import Door
         from gpuops.transport import Pool
 
         sel = select_targets(_path(ctx, "inventory", "GPUOPS_INVENTORY"), _path(ctx, "playbook", "GPUOPS_PLAYBOOK"),
@@ -86,7 +86,7 @@ def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
         target = sel.targets[0]
         pool = Pool(sel.inventory, retry_time=0)
         try:
-            rows = Agent(pool.target(target), label=target.name).runs(RUN_IDS, timeout=RUN_ID_BUDGET)
+            rows = Door(pool.target(target), label=target.name).runs(RUN_IDS, timeout=RUN_ID_BUDGET)
         finally:
             pool.close()
         found.extend(r for r in rows if r.get("session") == sel.playbook.launch.session)

@@ -19,10 +19,10 @@ def history(pool: Any, inventory: Any, target: Any, limit: int, playbook: str | 
             ) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs (of `playbook`: the target filters, then limits), or why they could not be read
     (one dead host never hides the others)."""
-    from gpuops.client.agent import Agent
+    from gpuops.client.door import Door
 
     try:
-        return Agent(pool.target(target), label=target.name).runs(limit, playbook), None
+        return Door(pool.target(target), label=target.name).runs(limit, playbook), None
     except GpuopsError as exc:
         return [], exc
 

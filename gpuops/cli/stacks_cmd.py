@@ -40,7 +40,7 @@ def _events(job: Any, run_id: str | None, recorded: bool) -> Iterator[Event | Ou
         state = picked.row.get("outcome") if picked.row is not None else picked.info.state
         raise NoRun(f"{job.target.name}: run {run} is not running ({state}): it has no live stacks",
                     hint="`gpuops logs --stacks` shows the stacks recorded before its abort")
-    rows = job.agent.stacks(run, recorded=recorded)
+    rows = job.door.stacks(run, recorded=recorded)
     for row in rows:
         yield Event("stacks", job.target.name, run, row)
     threads = sum(int(r.get("threads") or 0) for r in rows)

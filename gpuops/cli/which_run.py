@@ -46,7 +46,7 @@ def pick(job: Any, run_id: str | None) -> Picked:
             raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops",
                         hint="start one with `gpuops launch`")
         return Picked(info=current)
-    rows = [r for r in job.agent.runs(HISTORY_LIMIT) if r.get("session") == job.session]
+    rows = [r for r in job.door.runs(HISTORY_LIMIT) if r.get("session") == job.session]
     for row in rows:
         if row["run"] == run_id:
             return Picked(row=row)

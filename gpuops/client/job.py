@@ -13,7 +13,7 @@ from typing import Any
 from gpuops.config.model import Inventory, Target
 from gpuops.config.playbook_model import Playbook
 from gpuops.agent.wire.masking import Masker
-from gpuops.client.agent import Agent
+from gpuops.client.door import Door
 from gpuops.transport.base import Transport
 
 
@@ -47,9 +47,9 @@ class Job:
         return tuple(gpus)
 
     @cached_property
-    def agent(self) -> Agent:
+    def door(self) -> Door:
         """The door to this target's agent: every tool a launch, a stop or a follow runs goes through it."""
-        return Agent(self.transport, label=self.target.name, mask=self.mask)
+        return Door(self.transport, label=self.target.name, mask=self.mask)
 
     @property
     def masker(self) -> Masker:

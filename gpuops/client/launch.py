@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from gpuops.command import Cmd
 from gpuops.errors import ConnectError, ExitCode, GpuopsError, RunStopped
-from gpuops.client.agent import commands
+from gpuops.client.door import commands
 from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.job import Job
@@ -77,13 +77,13 @@ def launch(job: Job, *, detach: bool = False, timeout: float | None = None) -> I
 
 def _prepare(job: Job, run_id: str) -> None:
     """The run directory, from one JSON document on stdin (env values of any size)."""
-    job.agent.prepare(run_id, prepare_spec(job, run_id))
+    job.door.prepare(run_id, prepare_spec(job, run_id))
 
 
 def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: Any) -> None:
     """Rewrite meta.json with the launch's phase (best effort when the launch is failing anyway)."""
     try:
-        job.agent.record(run_id, p.META, meta(job, run_id, phase, **extra))
+        job.door.record(run_id, p.META, meta(job, run_id, phase, **extra))
     except GpuopsError:
         if not quiet:
             raise
@@ -92,13 +92,13 @@ def _record(job: Job, run_id: str, phase: str, *, quiet: bool = False, **extra: 
 def _start(job: Job, run_id: str, durations: dict[str, float]) -> None:
     """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
     _record(job, run_id, "running", warmup_seconds=durations)
-    job.agent.start(run_id, job.session)
+    job.door.start(run_id, job.session)
 
 
 def plan(job: Job) -> list[tuple[str, str, str | None]]:
     """Every command a launch would send, rendered exactly (secrets masked), with what goes on its stdin:
     (step, command, stdin or None)."""
-    from gpuops.client.agent.bundle import bundle, install_command
+    from gpuops.client.door.bundle import bundle, install_command
 
     rid = "00000000-000000-000000"
 
@@ -143,13 +143,13 @@ def stop(job: Job) -> Iterator[Event | Outcome]:
     info = state.run if state is not None else None
     if state is not None and info is None and state.alive:
         yield Event("abort_start", job.target.name, None, {"reason": "stop", "by": "stop"})
-        job.agent.kill_session(job.session)
+        job.door.kill_session(job.session)
         yield Outcome("stopped", ExitCode.OK, f"tmux session '{job.session}' killed (no run record)", {})
         return
     state_alive = info is not None and info.alive  # warming and restarting count: a stop ends them for good
     if info is None or not state_alive:
         if info is not None:
-            job.agent.kill_marked(info.run_id, persistent=False)
+            job.door.kill_marked(info.run_id, persistent=False)
         yield Outcome("not-running", ExitCode.OK, f"no run of '{job.session}' is alive on {job.target.name}",
                       {"run": info.run_id if info else None})
         return

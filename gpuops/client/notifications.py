@@ -35,7 +35,7 @@ def notify_test(job: Job) -> Iterator[Event | Outcome]:
     if not pb.notify:
         raise UsageError(f"{pb.path}: the playbook has no notify: channels to test", hint="see docs/notify.md")
     run = "notify-test-" + secrets.token_hex(3)
-    answers = job.agent.notify_test(test_spec(job, run), timeout=TOOL_TIMEOUT)
+    answers = job.door.notify_test(test_spec(job, run), timeout=TOOL_TIMEOUT)
     failed = []
     for i, channel in enumerate(pb.notify, 1):
         answer = next((a for a in answers if a.get("channel") == i), None)

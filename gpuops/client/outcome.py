@@ -31,7 +31,7 @@ def last_line(tail: bytes, job: Job) -> str | None:
 
 def session_state(job: Job) -> Any:
     """The playbook's session on the target and its current run, as the probe reads them."""
-    return job.agent.probe((job.session,)).sessions.get(job.session)
+    return job.door.probe((job.session,)).sessions.get(job.session)
 
 
 def run_info(job: Job, run_id: str) -> Any:

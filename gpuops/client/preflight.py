@@ -6,8 +6,8 @@ import threading
 from typing import Iterator
 
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
-from gpuops.client.agent.channels import LockChannel
-from gpuops.client.agent.replies import Probe
+from gpuops.client.door.channels import LockChannel
+from gpuops.client.door.replies import Probe
 from gpuops.client.events import Event
 from gpuops.client.job import Job, holder_id
 from gpuops.client.gpus import Finding, check_idle
@@ -45,7 +45,7 @@ class LaunchLock:
         raise RunAlive when another launch or run holds one."""
         job = self.job
         self.holder = holder_id()
-        self._channel = job.agent.lock(job.session, self.holder, job.run_gpus)
+        self._channel = job.door.lock(job.session, self.holder, job.run_gpus)
         locked = self._channel.wait_locked(job.timeout)
         said = locked.said
         if said.busy is not None:
@@ -87,7 +87,7 @@ class LaunchLock:
         """The lock holder there ended with our connection: take our name off its files, so the next
         launch does not report a launcher that died (best effort, through a new connection)."""
         try:
-            self.job.agent.forget_lock(self.job.session, self.holder, self.job.run_gpus)
+            self.job.door.forget_lock(self.job.session, self.holder, self.job.run_gpus)
         except Exception:  # the host is gone too: the next launch says it recovered the lock
             pass
 

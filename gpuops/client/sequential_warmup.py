@@ -62,7 +62,7 @@ def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iter
 
 def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
     assert job.playbook.warmup is not None
-    warmup = job.agent.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+    warmup = job.door.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
     deadline = time.monotonic() + timeout
     code: int | None = None
     try:
@@ -89,7 +89,7 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
         return
     if lost:
         # Not the warmup's failure: the link dropped. Stop the warmup there (through a new connection).
-        job.agent.kill_marked(run_id)
+        job.door.kill_marked(run_id)
         raise WarmupConnectionLost(
             job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
             "training was not started", hint="check the network to the host, then launch again")
@@ -113,11 +113,11 @@ def stop_warmup(job: Job, run_id: str, durations: dict[str, float]) -> None:
     a second Ctrl-C waits until it is done), and record the launch as interrupted (best effort)."""
     with shielded():
         try:
-            job.agent.kill_marked(run_id, budget=STOP_BUDGET)
+            job.door.kill_marked(run_id, budget=STOP_BUDGET)
         except GpuopsError:
             pass  # the target is gone: nothing of the warmup is left to stop there
         try:
-            job.agent.record(run_id, p.META, meta(job, run_id, "interrupted", warmup_seconds=durations))
+            job.door.record(run_id, p.META, meta(job, run_id, "interrupted", warmup_seconds=durations))
         except GpuopsError:
             pass
 
@@ -129,7 +129,7 @@ def _kill(job: Job, run_id: str, gpu: int) -> None:
     target (another session) would be killed too. During warmup only warmup processes carry
     the run's id, so the run marker finds exactly this warmup (and children it detached).
     """
-    job.agent.kill_marked(run_id, persistent=False)
+    job.door.kill_marked(run_id, persistent=False)
 
 
 def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
@@ -139,7 +139,7 @@ def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str
     used: int | None = None
     announced = False
     while True:
-        memory = job.agent.gpu_memory(gpu)
+        memory = job.door.gpu_memory(gpu)
         if memory.absent:
             return  # no nvidia-smi on this target (the local demo): nothing to drain
         if memory.error is not None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import threading
 from typing import Any, Iterator
 
-from gpuops.client.agent import Agent
-from gpuops.client.agent.replies import Probe
+from gpuops.client.door import Door
+from gpuops.client.door.replies import Probe
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
 from gpuops.transport import Pool
@@ -102,7 +102,7 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     started = time.monotonic()
     transport = pool.target(target)
     try:
-        status.probe, status.container = Agent(transport, label=target.name).probe_with_state(sessions)
+        status.probe, status.container = Door(transport, label=target.name).probe_with_state(sessions)
         status.reachable = True
     except GpuopsError as exc:
         status.error = str(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuops.client.agent.replies import AbortResult
+from gpuops.client.door.replies import AbortResult
 from gpuops.client.job import Job
 
 __all__ = ["AbortResult", "abort_record", "abort_run"]
@@ -36,4 +36,4 @@ def abort_run(job: Job, run_id: str, reason: str, *, by: str = "client", rule: s
               line: str | None = None, excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
     """Claim the run's abort and stop it the way the playbook says; returns what was left (or who won)."""
     record = abort_record(job, reason, rule=rule, line=line, excerpt=excerpt, extra=extra)
-    return job.agent.abort(run_id, by, record, timeout=job.playbook.abort.grace + 150.0)
+    return job.door.abort(run_id, by, record, timeout=job.playbook.abort.grace + 150.0)

@@ -235,7 +235,7 @@ class Viewer:
             yield from self.stop("match", self.first_abort)
             return
         try:
-            survivors = self.job.agent.kill_marked(self.run_id)
+            survivors = self.job.door.kill_marked(self.run_id)
         except ContainerNotRunning:
             return
         if survivors:
@@ -264,7 +264,7 @@ def watch(
     once: bool = False,
 ) -> Iterator[Event | Outcome]:
     """Yield log, watchdog and match events; the last item is the Outcome."""
-    follower = LogFollower(job.agent, run_id, job.session, tail=tail, once=once)
+    follower = LogFollower(job.door, run_id, job.session, tail=tail, once=once)
     v = Viewer(job, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
     try:
         for ev in follower:

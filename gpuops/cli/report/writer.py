@@ -40,7 +40,7 @@ class _Target:
 
 def fetch(job: Any, run_id: str | None) -> dict[str, Any]:
     """The run's records through the job's agent (one round trip)."""
-    return job.agent.report(run_id, job.session)
+    return job.door.report(run_id, job.session)
 
 
 def build(sections: list[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],

@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.smi import SmiError, parse_sample
-from gpuops.client.agent import commands
-from gpuops.client.agent.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
-from gpuops.client.agent.channels import FollowChannel, LockChannel, WarmupChannel
-from gpuops.client.agent.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_report, read_runs
+from gpuops.client.door import commands
+from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
+from gpuops.client.door.channels import FollowChannel, LockChannel, WarmupChannel
+from gpuops.client.door.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_report, read_runs
 from gpuops.client.runs import dumps
 from gpuops.command import Cmd
 from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
@@ -26,8 +26,8 @@ from gpuops.transport.base import Result, Transport
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
 
 
-class Agent:
-    """gpuops' agent on one target, reached through `transport`; `label` names the target in messages
+class Door:
+    """The door to gpuops' agent on one target, reached through `transport`; `label` names the target in messages
     and `mask` hides the playbook's secrets in them."""
 
     def __init__(self, transport: Transport, *, label: str | None = None,

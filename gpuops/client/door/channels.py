@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 
 from gpuops.agent.wire import protocol as p
-from gpuops.client.agent.replies import FollowReader, Frame, Locked, read_probe
+from gpuops.client.door.replies import FollowReader, Frame, Locked, read_probe
 from gpuops.errors import RemoteError, TargetNotReady
 from gpuops.transport.base import Stream, Transport
 
