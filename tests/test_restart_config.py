@@ -43,10 +43,10 @@ def test_the_contracts_example_loads(tmp_path: Path) -> None:
 def test_compile_guard_defaults_to_launchs_in_watch_json(tmp_path: Path) -> None:
     from gpuops.client.runspec import restart_config
 
-    class Job:  # restart_config reads only the playbook
+    class Play:  # restart_config reads only the playbook
         playbook = load_playbook(write(tmp_path, "restart: {max: 1, on: [stall]}\n"), environ={})
 
-    assert restart_config(Job()) == {"max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0,
+    assert restart_config(Play()) == {"max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0,
                                      "warmup": False, "warmup_spec": None}
 
 

@@ -262,29 +262,29 @@ class Report:
         self.path, self.command, self.default_target = path, command, target
         self.began = time.time()  # the command's start: preflight's time includes connecting and the lock
         self.suites: dict[str, Suite] = {}
-        self.jobs: dict[str, Any] = {}
+        self.plays: dict[str, Any] = {}
         self.ended = False
         if path:
             check_writable(path)
 
-    def wrap(self, render: Any, job: Any) -> Any:
-        """The renderer to use for `job`: the same output, also recorded (unchanged without --junit)."""
+    def wrap(self, render: Any, play: Any) -> Any:
+        """The renderer to use for `play`: the same output, also recorded (unchanged without --junit)."""
         if not self.path:
             return render
-        self.jobs[job.target.name] = job
-        self.default_target = job.target.name
+        self.plays[play.target.name] = play
+        self.default_target = play.target.name
         return _Tee(render, self)
 
     def suite(self, target: str | None) -> Suite:
         name = target or self.default_target or "gpuops"
         if name not in self.suites:
-            job = self.jobs.get(name)
-            if job is None:
+            play = self.plays.get(name)
+            if play is None:
                 self.suites[name] = Suite(name, "gpuops", (), "", lambda text: text, self.began)
             else:
-                warmup = job.playbook.warmup
-                self.suites[name] = Suite(name, job.playbook.name, warmup.gpus if warmup else (), job.target.host,
-                                          job.mask, self.began)
+                warmup = play.playbook.warmup
+                self.suites[name] = Suite(name, play.playbook.name, warmup.gpus if warmup else (), play.target.host,
+                                          play.mask, self.began)
         return self.suites[name]
 
     def __enter__(self) -> Report:

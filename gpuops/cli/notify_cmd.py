@@ -7,20 +7,20 @@ from typing import Any
 
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.run_flow import drive, each_target, renderer
-from gpuops.cli.targets import load_jobs
+from gpuops.cli.targets import load_plays
 
 
 def run_notify_test(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, as_json: bool,
                     verbose: bool) -> int:
-    jobs = load_jobs(inventory, playbook, targets, need_env=True)
-    return each_target(jobs, _one, renderer(as_json, verbose, multi=len(jobs) > 1), NO_REPORT, as_json=as_json,
+    plays = load_plays(inventory, playbook, targets, need_env=True)
+    return each_target(plays, _one, renderer(as_json, verbose, multi=len(plays) > 1), NO_REPORT, as_json=as_json,
                        verbose=verbose)
 
 
-def _one(job: Any, render: Any) -> int:
+def _one(play: Any, render: Any) -> int:
     from gpuops.client.notifications import notify_test
 
     try:
-        return drive(notify_test(job), render, job.target.name, {})
+        return drive(notify_test(play), render, play.target.name, {})
     finally:
-        job.transport.close()
+        play.transport.close()

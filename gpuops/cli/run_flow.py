@@ -17,20 +17,20 @@ def renderer(as_json: bool, verbose: bool = False, *, multi: bool = False) -> An
     return JsonRenderer(hold_summaries=multi) if as_json else TextRenderer(verbose=verbose, multi=multi)
 
 
-def each_target(jobs: list[Any], work: Callable[[Any, Any], int], render: Any, report: Any, *, as_json: bool,
+def each_target(plays: list[Any], work: Callable[[Any, Any], int], render: Any, report: Any, *, as_json: bool,
                 verbose: bool, ordered: bool = False) -> int:
-    """Run `work(job, renderer)` for every job: one here, as it always ran; several at once (cli/fanout.py),
+    """Run `work(play, renderer)` for every play: one here, as it always ran; several at once (cli/fanout.py),
     the exit code the worst of theirs. `ordered`: each target's output whole, one after another."""
     from gpuops.cli.options import report_cost
 
-    if len(jobs) == 1:
+    if len(plays) == 1:
         try:
-            return work(jobs[0], report.wrap(render, jobs[0]))  # --junit records what is rendered
+            return work(plays[0], report.wrap(render, plays[0]))  # --junit records what is rendered
         finally:
-            report_cost(verbose, [jobs[0].transport])
+            report_cost(verbose, [plays[0].transport])
     from gpuops.cli.fanout import Fanout
 
-    fan = Fanout(jobs, lambda job: report.wrap(render, job), render, report, as_json=as_json, ordered=ordered)
+    fan = Fanout(plays, lambda play: report.wrap(render, play), render, report, as_json=as_json, ordered=ordered)
     try:
         return fan.run(work)
     finally:
@@ -67,13 +67,13 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
     return 1
 
 
-def interrupted_abort(job: Any, state: dict[str, Any], inventory: str | None, playbook: str | None,
+def interrupted_abort(play: Any, state: dict[str, Any], inventory: str | None, playbook: str | None,
                       exc: BaseException | None = None) -> Outcome:
     """Ctrl-C (or SIGTERM) while a run was being stopped: the target may still be at it; `gpuops stop` makes sure."""
     from gpuops.cli.signals import cause_of, code_of, outcome_of
 
     exc = exc or KeyboardInterrupt()
-    how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+    how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", play.target.name])
     return Outcome(outcome_of(exc), code_of(exc),
                    f"{cause_of(exc)} while stopping run {state.get('run')}; to make sure it is stopped, run: {how}",
                    {"run": state.get("run"), "run_alive": None})

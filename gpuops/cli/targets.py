@@ -72,13 +72,13 @@ def node_targets(inv: Any, pb: Any) -> list[Any]:
     return usable(inv, pb.launch.nodes)
 
 
-def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
+def load_plays(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
               dry: bool = False, need_env: bool = True) -> list[Any]:
-    """A Job per target asked for, each with a transport of its own, so that one target's dead link or
+    """A Play per target asked for, each with a transport of its own, so that one target's dead link or
     reconnect never touches another's."""
-    from gpuops.client.job import Job
+    from gpuops.client.play import Play
     from gpuops.transport import Pool, dry_transport
 
     sel = select_targets(inventory, playbook, names, every, run=True, need_env=need_env)
     inv = sel.inventory
-    return [Job(inv, sel.playbook, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in sel.targets]
+    return [Play(inv, sel.playbook, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in sel.targets]

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from gpuops.errors import ContainerNotRunning, ExitCode
 from gpuops.client.stop_call import AbortResult, abort_run
 from gpuops.client.events import Event, Outcome
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
 from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
@@ -29,14 +29,14 @@ _KNOWN = frozenset(_SHOWN + WATCHDOG_NOTES)
 _ENVELOPE = ("event", "ts", "schema_version", "target", "run")
 
 
-def build_matcher(job: Job, start_offset: int = 0) -> Any:
+def build_matcher(play: Play, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
     from gpuops.client.runspec import watch_config
     from gpuops.client import accel
     from gpuops.agent.watch.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None
-    return build(watch_config(job, "0"), start_offset, 1, job.mask, prefilter)
+    return build(watch_config(play, "0"), start_offset, 1, play.mask, prefilter)
 
 
 def _hit_data(hit: Any, by: str) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def _hit_data(hit: Any, by: str) -> dict[str, Any]:
 class Viewer:
     """One follow of one run: what has been seen, who is watching, and how it ends."""
 
-    def __init__(self, job: Job, run_id: str, *, abort_on_match: bool, deadline: float | None, once: bool) -> None:
-        self.job, self.run_id, self.target = job, run_id, job.target.name
+    def __init__(self, play: Play, run_id: str, *, abort_on_match: bool, deadline: float | None, once: bool) -> None:
+        self.play, self.run_id, self.target = play, run_id, play.target.name
         self.abort_on_match, self.deadline, self.once = abort_on_match, deadline, once
         self.matcher: Any = None
         self.log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
@@ -73,7 +73,7 @@ class Viewer:
     def new_stall_clock(self) -> None:
         from gpuops.client.runspec import plain
 
-        w = self.job.playbook.watch
+        w = self.play.playbook.watch
         self.stall = StallClock(w.stall_timeout, plain(getattr(w, "stall_auto", None)), time.monotonic())
 
     def new_attempt(self, rec: dict[str, Any]) -> None:
@@ -95,7 +95,7 @@ class Viewer:
         self.stall.grew(time.monotonic())
         self.stall_said = False
         if self.matcher is None:
-            self.matcher = build_matcher(self.job, ev.offset)
+            self.matcher = build_matcher(self.play, ev.offset)
         yield self.event("log", offset=ev.offset, bytes=ev.data)
         if self.once:
             return  # plain `gpuops logs` prints the log; only --follow watches it
@@ -188,14 +188,14 @@ class Viewer:
         note = {"log_missing": True} if ev.size == -2 else {}
         yield self.event("stall", seconds=round(silent, 1), stall_timeout=limit, by="client", **note)
         if self.abort_on_match:
-            yield from self.stop("stall", None, seconds=round(silent, 1), last_line=last_line(self.log_tail, self.job), **note)
+            yield from self.stop("stall", None, seconds=round(silent, 1), last_line=last_line(self.log_tail, self.play), **note)
         self.stall_said = True  # --no-abort never stops the run
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self, reason: str, hit: Any, **extra: Any) -> Iterator[Event]:
         """Claim the abort and stop the run; if someone else stopped it first, say so."""
         yield self.event("abort_start", reason=reason, rule=hit.rule if hit else None, by="client")
-        result = abort_run(self.job, self.run_id, reason, by="client" if reason != "timeout" else "timeout",
+        result = abort_run(self.play, self.run_id, reason, by="client" if reason != "timeout" else "timeout",
                            rule=hit.rule if hit else None, line=hit.line if hit else None,
                            excerpt=hit.excerpt if hit else None, extra=extra or None)
         yield self.aborted(result, reason)
@@ -209,7 +209,7 @@ class Viewer:
 
     def timeout(self) -> Iterator[Event | Outcome]:
         yield self.event("timeout")
-        result = abort_run(self.job, self.run_id, "timeout", by="timeout")
+        result = abort_run(self.play, self.run_id, "timeout", by="timeout")
         yield self.aborted(result, "timeout")
         yield from self.finish(Ended("abort", None))
 
@@ -223,7 +223,7 @@ class Viewer:
             yield Outcome("printed", ExitCode.OK, "", {"run": self.run_id})
             return
         if ev.how.startswith("container-"):
-            yield ended_outcome(self.job, self.run_id, None, container=ev.how[len("container-"):])
+            yield ended_outcome(self.play, self.run_id, None, container=ev.how[len("container-"):])
             return
         if self.watching and ev.how != "abort":
             yield from self.settle_alone(ev)
@@ -235,7 +235,7 @@ class Viewer:
             yield from self.stop("match", self.first_abort)
             return
         try:
-            survivors = self.job.door.kill_marked(self.run_id)
+            survivors = self.play.door.kill_marked(self.run_id)
         except ContainerNotRunning:
             return
         if survivors:
@@ -244,8 +244,8 @@ class Viewer:
     def finish(self, ev: Ended) -> Iterator[Outcome]:
         if self.session_gone and ev.how == "exit":
             ev = Ended("gone", None)  # its exit code is the reap's, not the run's own
-        out = ended_outcome(self.job, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
-                            last=last_line(self.log_tail, self.job))
+        out = ended_outcome(self.play, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
+                            last=last_line(self.log_tail, self.play))
         out.data["attempts"] = self.attempts
         if self.attempts > 1:
             out.message += f" (attempt {self.attempts}, after {self.attempts - 1} restart{'s' if self.attempts > 2 else ''})"
@@ -255,7 +255,7 @@ class Viewer:
 
 
 def watch(
-    job: Job,
+    play: Play,
     run_id: str,
     *,
     tail: int = -1,
@@ -264,8 +264,8 @@ def watch(
     once: bool = False,
 ) -> Iterator[Event | Outcome]:
     """Yield log, watchdog and match events; the last item is the Outcome."""
-    follower = LogFollower(job.door, run_id, job.session, tail=tail, once=once)
-    v = Viewer(job, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
+    follower = LogFollower(play.door, run_id, play.session, tail=tail, once=once)
+    v = Viewer(play, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
     try:
         for ev in follower:
             if isinstance(ev, Data):

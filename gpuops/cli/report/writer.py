@@ -30,7 +30,7 @@ def check_writable(path: str, flag: str) -> None:
 
 @dataclass
 class _Target:
-    job: Any
+    play: Any
     run: str | None = None
     said: dict[str, Any] = field(default_factory=dict)
     message: str = ""
@@ -38,9 +38,9 @@ class _Target:
     missing: str = ""
 
 
-def fetch(job: Any, run_id: str | None) -> dict[str, Any]:
-    """The run's records through the job's agent (one round trip)."""
-    return job.door.report(run_id, job.session)
+def fetch(play: Any, run_id: str | None) -> dict[str, Any]:
+    """The run's records through the play's door (one round trip)."""
+    return play.door.report(run_id, play.session)
 
 
 def build(sections: list[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],
@@ -71,11 +71,11 @@ class HtmlReport:
         if path:
             check_writable(path, "--report")
 
-    def wrap(self, render: Any, job: Any) -> Any:
+    def wrap(self, render: Any, play: Any) -> Any:
         if not self.path:
             return render
-        self.targets[job.target.name] = _Target(job)
-        return _Tee(render, self, job.target.name)
+        self.targets[play.target.name] = _Target(play)
+        return _Tee(render, self, play.target.name)
 
     def event(self, name: str, ev: Event) -> None:
         if ev.run and name in self.targets:
@@ -98,7 +98,7 @@ class HtmlReport:
             t.missing = "no run was created"
             return
         try:
-            t.record = fetch(t.job, t.run)
+            t.record = fetch(t.play, t.run)
         except GpuopsError as exc:
             t.missing = str(exc)
         except KeyboardInterrupt:  # a second Ctrl-C while reading: the page says what the command knew
@@ -120,13 +120,13 @@ class HtmlReport:
                 self._read(t)
             except Exception as err:  # noqa: BLE001 - the page is still written with what is known
                 t.missing = f"{type(err).__name__}: {err}"
-        sections = [(name, t.record, t.said, t.message, t.missing, t.job.mask) for name, t in self.targets.items()]
+        sections = [(name, t.record, t.said, t.message, t.missing, t.play.mask) for name, t in self.targets.items()]
         try:
             text = build(sections, f"gpuops {self.command}")
         except Exception as err:  # noqa: BLE001 - the report never changes the run's exit code
             said = f"{type(err).__name__}: {err}"
             for t in self.targets.values():
-                said = t.job.mask(said)
+                said = t.play.mask(said)
             sys.stderr.write(f"gpuops: warning: the run's report could not be drawn ({said}); {self.path} not written\n")
             return
         try:
@@ -173,5 +173,5 @@ class Reports:
     def suite(self, name: str) -> Any:
         return self.junit.suite(name)
 
-    def wrap(self, render: Any, job: Any) -> Any:
-        return self.html.wrap(self.junit.wrap(render, job), job)
+    def wrap(self, render: Any, play: Any) -> Any:
+        return self.html.wrap(self.junit.wrap(render, play), play)

@@ -1,4 +1,5 @@
-"""A job: one playbook on one target, with the door to its agent."""
+"""A play: one playbook on one target, with the door to its agent (a torchrun job over several targets is one
+play per node, client/nodes.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gpuops.transport.base import Transport
 
 
 @dataclass
-class Job:
+class Play:
     inventory: Inventory
     playbook: Playbook
     target: Target
