@@ -199,9 +199,10 @@ def test_the_one_outcome_mapping_gives_the_contract_exit_codes(exit_text, abort,
 def test_the_agents_exit_codes_are_the_contracts() -> None:
     from gpuops.errors import ExitCode
 
-    assert (p.EXIT_OK, p.EXIT_CONNECT, p.EXIT_WARMUP, p.EXIT_FAILED, p.EXIT_ABORTED, p.EXIT_STALLED, p.EXIT_TIMEOUT,
-            p.EXIT_INTERRUPTED) == (ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED,
-                                    ExitCode.ABORTED, ExitCode.STALLED, ExitCode.TIMEOUT, ExitCode.INTERRUPTED)
+    assert (p.ExitCode.OK, p.ExitCode.CONNECT, p.ExitCode.WARMUP, p.ExitCode.TRAINING_FAILED, p.ExitCode.ABORTED,
+            p.ExitCode.STALLED, p.ExitCode.TIMEOUT, p.ExitCode.INTERRUPTED) == (
+        ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED, ExitCode.ABORTED, ExitCode.STALLED,
+        ExitCode.TIMEOUT, ExitCode.INTERRUPTED)
 
 
 def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json(fake: FakeProxmox) -> None:

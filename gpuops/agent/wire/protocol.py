@@ -12,6 +12,7 @@ import os
 from enum import Enum
 from typing import Optional
 
+from .exits import ExitCode  # noqa: F401  (the contract's exit codes, one definition for both sides)
 from .frames import (  # noqa: F401  (the wire's names, one import for both sides)
     FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Frame, FrameReader,
     data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
@@ -137,10 +138,6 @@ def run_dir(run_id: str, home: Optional[str] = None) -> str:
 
 
 
-# -- exit codes of the contract (gpuops.errors.ExitCode holds the same; the agent cannot import it) --
-EXIT_OK, EXIT_CONNECT, EXIT_WARMUP, EXIT_FAILED, EXIT_ABORTED, EXIT_STALLED = 0, 3, 5, 6, 7, 8
-EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
-
 # -- a launch's phases, as meta.json's `phase` says ---------------------------------------------
 PHASE_PREFLIGHT, PHASE_WARMUP, PHASE_RUNNING = "preflight", "warmup", "running"
 PHASE_WARMUP_FAILED, PHASE_START_FAILED = "warmup-failed", "start-failed"
@@ -148,8 +145,8 @@ PHASE_INTERRUPTED, PHASE_CONNECTION_LOST = "interrupted", "connection-lost"
 #: The launch is still warming up (while its launcher lives).
 WARMING_PHASES = frozenset({PHASE_PREFLIGHT, PHASE_WARMUP})
 #: The launch ended before training started: its phase -> gpuops' exit code, as the launch exited.
-NOT_STARTED_EXIT = {PHASE_WARMUP_FAILED: EXIT_WARMUP, PHASE_START_FAILED: EXIT_FAILED,
-                    PHASE_INTERRUPTED: EXIT_INTERRUPTED, PHASE_CONNECTION_LOST: EXIT_CONNECT}
+NOT_STARTED_EXIT = {PHASE_WARMUP_FAILED: ExitCode.WARMUP, PHASE_START_FAILED: ExitCode.TRAINING_FAILED,
+                    PHASE_INTERRUPTED: ExitCode.INTERRUPTED, PHASE_CONNECTION_LOST: ExitCode.CONNECT}
 NOT_STARTED_PHASES = frozenset(NOT_STARTED_EXIT)
 
 
