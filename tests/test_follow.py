@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.client.door import Door
-from gpuops.client.door.replies import FollowReader
+from gpuops.agent.wire.frames import FrameReader
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
 from gpuops.transport.local import LocalTransport
 
@@ -49,7 +49,7 @@ def test_frames_parse_across_any_split() -> None:
     payload = (b"D 7 0 5\nhello" + b"H 1.0 5 0.5 0.8 5 watching\n" + b"W 0 %d\n" % len(events) + events
                + b"D 7 5 3\n\n\r\n" + b"E exit 0\n")
     for size in range(1, len(payload) + 1):
-        frames = FollowReader()
+        frames = FrameReader()
         got = []
         for i in range(0, len(payload), size):
             got += list(frames.feed(payload[i : i + size]))

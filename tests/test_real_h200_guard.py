@@ -15,7 +15,7 @@ from gpuops.agent.watch.ruleset import build_matcher
 from gpuops.agent.watch.supervise import done
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.records import outcome, read_json, read_text
-from gpuops.client.runs import RunInfo
+from gpuops.agent.wire.runinfo import RunInfo
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "guard"
 

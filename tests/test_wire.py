@@ -80,7 +80,7 @@ def test_probe_without_nvidia_smi_says_so(fake: FakeProxmox, tmp_path: Path) -> 
     if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in env["PATH"].split(":")):
         pytest.skip("a real nvidia-smi is on /usr/bin here")
     done = subprocess.run(["bash", str(SH / "probe.sh")], env=env, capture_output=True, text=True, timeout=60)
-    assert p.parse_probe(done.stdout).smi is False
+    assert p.parse_probe(done.stdout).smi_found is False
 
 
 def test_lock_reply_takes_the_lock_and_a_second_launch_is_told_who_holds_it(fake: FakeProxmox) -> None:

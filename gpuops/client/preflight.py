@@ -7,7 +7,7 @@ from typing import Iterator
 
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 from gpuops.client.door.channels import LockChannel
-from gpuops.client.door.replies import Probe
+from gpuops.agent.wire.protocol import ProbeReply
 from gpuops.client.events import Event
 from gpuops.client.play import Play, holder_id
 from gpuops.client.gpus import Finding, check_idle
@@ -40,14 +40,13 @@ class LaunchLock:
         self.stale_holder: str | None = None
         self.holder: str | None = None
 
-    def acquire(self) -> Probe:
+    def acquire(self) -> ProbeReply:
         """Take the locks (the session's and its GPUs') and return the probe taken under them;
         raise RunAlive when another launch or run holds one."""
         play = self.play
         self.holder = holder_id()
         self._channel = play.door.lock(play.session, self.holder, play.run_gpus)
-        locked = self._channel.wait_locked(play.timeout)
-        said = locked.said
+        said = self._channel.wait_locked(play.timeout)
         if said.busy is not None:
             self.release()
             raise RunAlive(
@@ -61,11 +60,11 @@ class LaunchLock:
                 f"{play.target.name}: GPU {gpu} belongs to another {holder}",
                 hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
             )
-        assert locked.probe is not None
+        assert said.probe is not None
         self.stale_holder = said.stale
         self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
         self._thread.start()
-        return locked.probe
+        return said.probe
 
     def _beat(self) -> None:
         while not self._stop.wait(5.0):
@@ -92,7 +91,7 @@ class LaunchLock:
             pass
 
 
-def evaluate(play: Play, probe: Probe) -> Iterator[Event]:
+def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
     """Check the probe against the playbook; raise PreflightProblem, else yield the findings."""
     pf = play.playbook.preflight
     state = probe.sessions.get(play.session)
@@ -130,7 +129,7 @@ def evaluate(play: Play, probe: Probe) -> Iterator[Event]:
     )
 
 
-def ready(play: Play, probe: Probe) -> None:
+def ready(play: Play, probe: ProbeReply) -> None:
     """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""
     name = play.target.name
     if not probe.tmux:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuops.client.door.replies import AbortResult
+from gpuops.agent.wire.protocol import AbortReply
 from gpuops.client.play import Play
 
-__all__ = ["AbortResult", "abort_record", "abort_run"]
+__all__ = ["abort_record", "abort_run"]
 
 
 def abort_record(play: Play, reason: str, *, rule: str | None = None, line: str | None = None,
@@ -33,7 +33,7 @@ def abort_record(play: Play, reason: str, *, rule: str | None = None, line: str 
 
 
 def abort_run(play: Play, run_id: str, reason: str, *, by: str = "client", rule: str | None = None,
-              line: str | None = None, excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
+              line: str | None = None, excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortReply:
     """Claim the run's abort and stop it the way the playbook says; returns what was left (or who won)."""
     record = abort_record(play, reason, rule=rule, line=line, excerpt=excerpt, extra=extra)
     return play.door.abort(run_id, by, record, timeout=play.playbook.abort.grace + 150.0)

@@ -13,12 +13,12 @@ import time
 from typing import Any, Iterator
 
 from gpuops.errors import ContainerNotRunning, ExitCode
-from gpuops.client.stop_call import AbortResult, abort_run
+from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, AbortReply, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.watch.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
@@ -200,7 +200,7 @@ class Viewer:
                            excerpt=hit.excerpt if hit else None, extra=extra or None)
         yield self.aborted(result, reason)
 
-    def aborted(self, result: AbortResult, reason: str) -> Event:
+    def aborted(self, result: AbortReply, reason: str) -> Event:
         if not result.won:
             return self.event("stopped_elsewhere", reason=result.record.get("reason"), stopped_by=result.by,
                               rule=result.record.get("rule"))

@@ -14,12 +14,13 @@ from typing import Optional
 
 from .exits import ExitCode  # noqa: F401  (the contract's exit codes, one definition for both sides)
 from .frames import (  # noqa: F401  (the wire's names, one import for both sides)
-    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Frame, FrameReader,
-    data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
+    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Data, Ended, Frame,
+    FrameReader, Heartbeat, Reset, WatchdogEvent, data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame,
+    truncated_frame,
 )
 from .marks import (  # noqa: F401
     CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
-    LockReply, ProbeReply, ProbeRun, ProbeSession, StartReply, mark, marks, parse_abort, parse_kill_marked,
+    LockReply, ProbeReply, ProbeSession, StartReply, mark, marks, parse_abort, parse_kill_marked,
     parse_lock, parse_notify_test, parse_probe, parse_stacks, parse_start, said_need_lib,
 )
 
