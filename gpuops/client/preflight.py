@@ -10,7 +10,7 @@ from gpuops.client.door.channels import LockChannel
 from gpuops.agent.wire.protocol import ProbeReply
 from gpuops.client.events import Event
 from gpuops.client.play import Play, holder_id
-from gpuops.client.gpus import Finding, check_idle
+from gpuops.client.gpus import GpuCheck, check_idle
 
 #: The oldest Python the target package runs on (tests/test_target_package.py proves it).
 OLDEST_PYTHON = (3, 8)
@@ -19,7 +19,7 @@ OLDEST_PYTHON = (3, 8)
 class PreflightProblem(PreflightFailed):
     """Preflight found the target not ready; carries what was measured."""
 
-    def __init__(self, message: str, findings: list[Finding], play: Play, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, findings: list[GpuCheck], play: Play, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.findings = findings
         self.thresholds = {
@@ -102,7 +102,7 @@ def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
             hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
         )
     ready(play, probe)
-    findings: list[Finding] = []
+    findings: list[GpuCheck] = []
     if pf.gpus:
         if probe.smi != "ok":
             why = "nvidia-smi is not installed" if probe.smi == "absent" else f"nvidia-smi failed: {probe.smi_error}"

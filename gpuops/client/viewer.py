@@ -17,7 +17,7 @@ from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
-from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
+from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
 from gpuops.agent.wire.protocol import HEARTBEAT_STALE, AbortReply, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.watch.stall import StallClock
 

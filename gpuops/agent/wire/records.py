@@ -28,7 +28,7 @@ _ABORT_OUTCOMES = {
     "interrupt": (RunState.INTERRUPTED, p.ExitCode.INTERRUPTED),  # a Ctrl-C typed in the run's tmux pane (by: pane)
 }
 
-Outcome = Tuple[RunState, Optional[int]]
+StateAndCode = Tuple[RunState, Optional[int]]  # a run's state and gpuops' exit code for it
 
 
 def command_exit_code(text: str | None) -> int | None:
@@ -41,7 +41,7 @@ def command_exit_code(text: str | None) -> int | None:
         return None
 
 
-def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> Outcome:
+def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> StateAndCode:
     """The run's outcome name and gpuops exit code; (running, None) while it goes on.
 
     An abort record decides (it is written before the session is killed, so the command's own
