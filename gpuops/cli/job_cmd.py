@@ -100,11 +100,11 @@ def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_js
 
 def _follow_one(play: Any, render: Any, *, run_id: str, deadline: float | None) -> int:
     from gpuops.cli.run_flow import drive
-    from gpuops.client.viewer import watch
+    from gpuops.client.viewer import view
 
     state: dict[str, Any] = {"started": True, "run": run_id}
     try:
-        return drive(watch(play, run_id, deadline=deadline), render, play.target.name, state)
+        return drive(view(play, run_id, deadline=deadline), render, play.target.name, state)
     except KeyboardInterrupt:
         render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED, f"stopped following node {play.target.name}; the job "
                                "goes on, guarded by each node's watchdog (`gpuops stop -p PLAYBOOK` stops every node)",

@@ -50,7 +50,7 @@ def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
               deadline: float | None, inventory: str | None, playbook: str | None) -> int:
     """One target's log, printed or followed."""
-    from gpuops.client.viewer import watch
+    from gpuops.client.viewer import view
 
     state: dict[str, Any] = {"started": True}
     tail_at = -1 if tail is None else tail
@@ -68,7 +68,7 @@ def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail:
                 render.outcome(Outcome("not-started", code, f"run {info.run_id} never started: its launch ended in phase '{phase}'",
                                        {"run": info.run_id}), play.target.name)
                 return code
-        events = watch(play, info.run_id, tail=tail_at, abort_on_match=follow and not no_abort, deadline=deadline,
+        events = view(play, info.run_id, tail=tail_at, abort_on_match=follow and not no_abort, deadline=deadline,
                        once=not follow)
         if follow:
             render.event(Event("following", play.target.name, info.run_id, {"state": info.state}))
@@ -89,10 +89,10 @@ def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail:
 
 def _earlier_run(play: Any, render: Any, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
     """`--run ID` of a run that is over: its log; with --follow, then the code it ended with."""
-    from gpuops.client.viewer import watch
+    from gpuops.client.viewer import view
 
     run_id = row["run"]
-    events = watch(play, run_id, tail=tail, abort_on_match=False, once=True)
+    events = view(play, run_id, tail=tail, abort_on_match=False, once=True)
     if not follow:
         return drive(events, render, play.target.name, state)
     render.event(Event("following", play.target.name, run_id, {"state": row.get("outcome")}))

@@ -10,7 +10,7 @@ from gpuops.cli.status_view import plain_lines, rich_view
 from gpuops.errors import status_exit
 
 
-def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
+def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, refresh_every: float | None,
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
     from gpuops.transport import Pool
 
@@ -27,16 +27,16 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     try:
         pool.connect_soon(targets)  # the handshakes overlap the rest of this command's start-up
         from gpuops.client.status import each_status
-        if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
-            return _watch(pool, inv, targets, sessions, watch_every)
+        if refresh_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
+            return _refresh(pool, inv, targets, sessions, refresh_every)
         while True:
             results = []
             for result in each_status(pool, inv, targets, sessions):  # each as soon as it is read
                 _print([result], as_json)
                 results.append(result)
-            if not watch_every:
+            if not refresh_every:
                 return _code(results)
-            time.sleep(watch_every)
+            time.sleep(refresh_every)
     finally:
         from gpuops.cli.options import report_cost
 
@@ -67,7 +67,7 @@ def _print(results: list[Any], as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
+def _refresh(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
     from rich.live import Live
 
     from gpuops.client.status import gather

@@ -17,7 +17,7 @@ from gpuops.client.preflight import LaunchLock, evaluate
 from gpuops.client.runspec import meta, prepare_spec
 from gpuops.client.uninterruptible import shielded
 from gpuops.client.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
-from gpuops.client.viewer import watch
+from gpuops.client.viewer import view
 from gpuops.client.runs import dumps, new_run_id
 from gpuops.agent.wire import protocol as p
 
@@ -72,7 +72,7 @@ def launch(play: Play, *, detach: bool = False, timeout: float | None = None) ->
         yield Outcome("started", ExitCode.OK, f"run {run_id} started in tmux session '{play.session}' on {target}; "
                       "its watchdog stops it on a fatal signature or a stall", {"run": run_id, "attempts": 1})
         return
-    yield from watch(play, run_id, deadline=deadline)
+    yield from view(play, run_id, deadline=deadline)
 
 
 def _prepare(play: Play, run_id: str) -> None:

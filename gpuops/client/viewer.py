@@ -1,5 +1,5 @@
-"""Follow a run: stream its log, show what its watchdog decides, and watch it ourselves only when
-the watchdog is gone (no heartbeat for HEARTBEAT_STALE seconds).
+"""View a run: stream its log, show what its watchdog decides, and stand in for the watchdog only when it
+is gone (no heartbeat for HEARTBEAT_STALE seconds).
 
 The watchdog on the target is the run's guard; a client is a viewer. It keeps a shadow matcher
 over the same bytes so that, if the watchdog stops answering, it takes over at once: it reports
@@ -49,7 +49,7 @@ def _hit_data(hit: Any, by: str) -> dict[str, Any]:
 
 
 class Viewer:
-    """One follow of one run: what has been seen, who is watching, and how it ends."""
+    """One view of one run: what has been seen, whether we stand in for its watchdog, and how it ends."""
 
     def __init__(self, play: Play, run_id: str, *, abort_on_match: bool, deadline: float | None, once: bool) -> None:
         self.play, self.run_id, self.target = play, run_id, play.target.name
@@ -60,7 +60,7 @@ class Viewer:
         self.reported: set[tuple[str, int]] = set()  # (rule, offset) the watchdog reported
         self.shown: set[tuple[str, int]] = set()  # (rule, offset) we matched and showed ourselves
         self.wd_offset = -1
-        self.watching = False  # True: the watchdog is gone and we watch the run ourselves
+        self.standing_in = False  # True: the watchdog is gone and we apply the run's rules ourselves
         self.first_abort: Any = None
         self.session_gone = False  # the watchdog saw the session vanish under a running command
         self.missing = 0
@@ -98,14 +98,14 @@ class Viewer:
             self.matcher = build_matcher(self.play, ev.offset)
         yield self.event("log", offset=ev.offset, bytes=ev.data)
         if self.once:
-            return  # plain `gpuops logs` prints the log; only --follow watches it
+            return  # plain `gpuops logs` prints the log; only --follow applies the rules to it
         for name, seconds in self.matcher.guard.take_disabled():
-            if self.watching:  # else the watchdog, running the same rules, reports it
+            if self.standing_in:  # else the watchdog, running the same rules, reports it
                 yield self.event("rule_disabled", rule=name, seconds=round(seconds, 3), by="client")
         for hit in self.matcher.feed(ev.data):
-            if self.watching and hit.offset >= self.wd_offset:
+            if self.standing_in and hit.offset >= self.wd_offset:
                 yield from self.own_hit(hit)
-            elif not self.watching:
+            elif not self.standing_in:
                 self.held.append(hit)
 
     def own_hit(self, hit: Any) -> Iterator[Event | Outcome]:
@@ -164,17 +164,17 @@ class Viewer:
         if alive:
             self.wd_offset = max(self.wd_offset, ev.watchdog_offset)
             self.held = [h for h in self.held if h.offset >= self.wd_offset]
-            if self.watching:
-                self.watching = False
+            if self.standing_in:
+                self.standing_in = False
                 yield self.event("watchdog_back", age=round(ev.watchdog_age, 1))
-        elif not self.watching and ev.watchdog_state != "done":
-            self.watching = True
+        elif not self.standing_in and ev.watchdog_state != "done":
+            self.standing_in = True
             age = None if ev.watchdog_age < 0 else round(ev.watchdog_age, 1)
             yield self.event("watchdog_stale", age=age, stale_after=HEARTBEAT_STALE)
             held, self.held = self.held, []
             for hit in held:
                 yield from self.own_hit(hit)
-        if self.watching:
+        if self.standing_in:
             yield from self.check_stall(ev)
 
     def check_stall(self, ev: Heartbeat) -> Iterator[Event | Outcome]:
@@ -217,7 +217,7 @@ class Viewer:
     def on_end(self, ev: Ended) -> Iterator[Event | Outcome]:
         if self.matcher is not None and not self.once:
             for hit in self.matcher.finish():
-                if self.watching:
+                if self.standing_in:
                     yield from self.own_hit(hit)
         if ev.how == "once":
             yield Outcome("printed", ExitCode.OK, "", {"run": self.run_id})
@@ -225,7 +225,7 @@ class Viewer:
         if ev.how.startswith("container-"):
             yield ended_outcome(self.play, self.run_id, None, container=ev.how[len("container-"):])
             return
-        if self.watching and ev.how != "abort":
+        if self.standing_in and ev.how != "abort":
             yield from self.settle_alone(ev)
         yield from self.finish(ev)
 
@@ -254,7 +254,7 @@ class Viewer:
         yield out
 
 
-def watch(
+def view(
     play: Play,
     run_id: str,
     *,

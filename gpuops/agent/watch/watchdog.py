@@ -30,7 +30,7 @@ from ..wire.records import read_json, write_state
 from ..run.prepare import append_event, set_aside
 from ..signatures.rules import advice
 from .stall import StallClock
-from ..system.filewatch import Waker
+from ..system.wake import Waker
 from .ruleset import build_matcher, stall_config
 from .heartbeat import EventLog, Pulse
 from ..notify.outbox import Notifier

@@ -117,7 +117,7 @@ def attempt_dir(d: str, n: int) -> str:
     """Where attempt n's records are kept once it ended and a restart followed."""
     return os.path.join(d, ATTEMPTS, "%d" % int(n))
 
-#: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
+#: A watchdog whose heartbeat is older than this is taken for gone: clients stand in for it.
 HEARTBEAT_STALE = 10.0
 #: Seconds between watchdog heartbeats.
 HEARTBEAT_EVERY = 2.0
