@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.agent.guard.counts import Counts
-from gpuops.agent.watch.ruleset import build_matcher
+from gpuops.agent.wire.ruleset import build_matcher
 from gpuops.agent.watch.supervise import done
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.records import outcome, read_json, read_text

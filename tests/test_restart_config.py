@@ -86,7 +86,7 @@ def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guar
     import re
 
     from gpuops.agent.detect import detectors
-    from gpuops.agent.signatures.rules import advice
+    from gpuops.agent.wire.signatures.rules import advice
 
     for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), detectors.EAGER_ADVICE, detectors.COMPILE_ADVICE):
         assert text and "launch.compile_guard: true" in text and "restart:" in text and "compile_guard: true}" in text

@@ -109,9 +109,9 @@ def test_loading_the_config_imports_no_log_matcher() -> None:
     import sys
 
     code = ("import sys, gpuops.config.model, gpuops.client.status; "
-            "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.signatures.')))")
+            "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.wire.signatures.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "gpuops.agent.signatures.matcher" not in out and "gpuops.agent.signatures.budget" not in out, out
+    assert "gpuops.agent.wire.signatures.matcher" not in out and "gpuops.agent.wire.signatures.budget" not in out, out
 
 
 def test_validate_shows_the_connection_without_importing_an_ssh_library() -> None:

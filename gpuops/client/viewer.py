@@ -19,7 +19,7 @@ from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
 from gpuops.agent.wire.protocol import HEARTBEAT_STALE, AbortReply, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
-from gpuops.agent.watch.stall import StallClock
+from gpuops.agent.wire.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
@@ -33,14 +33,14 @@ def build_matcher(play: Play, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
     from gpuops.client.runspec import watch_config
     from gpuops.client import accel
-    from gpuops.agent.watch.ruleset import build_matcher as build
+    from gpuops.agent.wire.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None
     return build(watch_config(play, "0"), start_offset, 1, play.mask, prefilter)
 
 
 def _hit_data(hit: Any, by: str) -> dict[str, Any]:
-    from gpuops.agent.signatures.rules import advice
+    from gpuops.agent.wire.signatures.rules import advice
 
     tip = advice(hit.rule)
     return {"rule": hit.rule, "action": hit.action, "description": hit.description, "line": hit.line,

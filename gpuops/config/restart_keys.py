@@ -16,7 +16,7 @@ def known_names(watch: Watch) -> tuple[str, ...]:
     """What `restart.on` may name: the built-in rules, the playbook's rules, the detectors, stall, failed."""
     from gpuops.agent.detect import detectors
     from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
-    from gpuops.agent.signatures.matcher import builtin_rules
+    from gpuops.agent.wire.signatures.matcher import builtin_rules
 
     found = [r.name for r in builtin_rules()] + [r.name for r in watch.rules]
     found += [detectors.THROUGHPUT_DROP, detectors.MEMORY_SHIFT, detectors.MEMORY_VOLATILE, detectors.COMPILE_AFTER_WARMUP]
@@ -64,7 +64,7 @@ def _never_ends(name: str, watch: Watch) -> str | None:
     """Why this rule cannot end an attempt (it only warns, or it is off), or None."""
     from gpuops.agent.detect import detectors
     from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
-    from gpuops.agent.signatures.matcher import builtin_rules
+    from gpuops.agent.wire.signatures.matcher import builtin_rules
 
     if name == RESTART_STALL:
         return "is off (watch.stall_timeout: 0)" if watch.stall_timeout == 0 and watch.stall_auto is None else None

@@ -69,7 +69,7 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
 
 
 def _builtin_rules(node: Node) -> tuple[tuple[str, str], ...]:
-    from gpuops.agent.signatures.matcher import builtin_rules  # stdlib only; compiled only when asked
+    from gpuops.agent.wire.signatures.matcher import builtin_rules  # stdlib only; compiled only when asked
 
     names = [rule.name for rule in builtin_rules()]
     actions: list[tuple[str, str]] = []

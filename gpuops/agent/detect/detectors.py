@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from .episodes import Episode, in_window, keep, moves
-from ..signatures.rules import GUARD_HOWTO
+from ..wire.signatures.rules import GUARD_HOWTO
 from ..wire.smi import GpuSample
 from ..wire.watchfile import DETECTOR_DEFAULTS
 from .throughput import median

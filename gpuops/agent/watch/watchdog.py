@@ -28,10 +28,10 @@ from ..wire.masking import Masker
 from ..detect.quiet_failures import Quiet
 from ..wire.records import read_json, write_state
 from ..run.prepare import append_event, set_aside
-from ..signatures.rules import advice
-from .stall import StallClock
+from ..wire.signatures.rules import advice
+from ..wire.stall import StallClock
 from ..system.wake import Waker
-from .ruleset import build_matcher, stall_config
+from ..wire.ruleset import build_matcher, stall_config
 from .heartbeat import EventLog, Pulse
 from ..notify.outbox import Notifier
 from .joblink import JobLink

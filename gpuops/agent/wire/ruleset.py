@@ -1,7 +1,7 @@
 """watch.json, the rules a run was launched with, turned into a matcher and a stall clock's settings.
 
 The client writes watch.json from the playbook at launch (gpuops.client.runspec); the watchdog,
-and a client that takes over watching, build their matcher from it here, so both apply the
+and a client that stands in for a gone watchdog, build their matcher from it here, so both apply the
 same rules in the same order.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..wire import watchfile
-from ..signatures import Matcher, Rule, builtin_rules, metric_rule, regex_rule
-from ..signatures.budget import Guard
+from . import watchfile
+from .signatures import Matcher, Rule, builtin_rules, metric_rule, regex_rule
+from .signatures.budget import Guard
 
 THROUGHPUT = watchfile.METRIC_THROUGHPUT
 RECOMPILES = watchfile.METRIC_RECOMPILES
