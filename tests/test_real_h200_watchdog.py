@@ -19,7 +19,7 @@ from gpuops.agent.detect.profile import baseline_from_profile, build_profile
 from gpuops.agent.run.abort import claim, wait_done
 from gpuops.agent.wire.records import outcome, read_json
 from gpuops.agent.wire.stall import StallClock
-from gpuops.agent.detect.telemetry import parse_lines
+from gpuops.agent.wire.samples import parse_lines
 from gpuops.agent.wire.ruleset import build_matcher, stall_config
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "watchdog"

@@ -70,7 +70,7 @@ def memory_history(probe: ProbeReply) -> dict[int, tuple[list[int | None], float
         run = s.run
         if run is None or not run.samples_text or not s.alive:
             continue
-        from gpuops.agent.detect.telemetry import parse_lines  # only where a live run has samples
+        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
 
         samples = parse_lines(run.samples_text)
         if samples:
