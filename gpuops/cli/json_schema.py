@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.agent.notify.payload import TEST as NOTIFY_TEST, WHATS as NOTIFY_WHATS
-from gpuops.agent.wire.protocol import SCHEMA_VERSION, WATCHDOG_NOTES, RunState
+from gpuops.agent.wire.protocol import NOTIFY_TEST, NOTIFY_WHATS, SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
 Schema = dict[str, Any]
 

@@ -7,7 +7,7 @@ import json
 import secrets
 from typing import Iterator
 
-from gpuops.agent.notify.payload import TEST, test_payload
+from gpuops.agent.wire.protocol import NOTIFY_TEST as TEST
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.runspec import env_script, notify_config, workdir
@@ -18,11 +18,14 @@ TOOL_TIMEOUT = 60.0
 
 
 def test_spec(play: Play, run: str) -> bytes:
-    """What the target's notify-test reads on stdin (secret URLs and env values included: it is not shown)."""
+    """What the target's notify-test reads on stdin (secret URLs and env values included: it is not shown); the
+    test payload is built there, from the run, target and playbook named here."""
     pb = play.playbook
     return json.dumps({
         "channels": notify_config(play),
-        "payload": test_payload(run, play.target.name, pb.name),
+        "run": run,
+        "target": play.target.name,
+        "playbook": pb.name,
         "env": env_script(play).render() + "\n",
         "workdir": workdir(play),
         "secrets": list(pb.secrets),

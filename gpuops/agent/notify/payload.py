@@ -10,10 +10,9 @@ from ..wire import protocol as p
 from ..wire.records import outcome, read_json, read_text, command_exit_code
 from .said import clean
 
-#: The events a channel may be told of (playbook `notify[].on`), and the default.
-WHATS = ("aborted", "restarted", "ended", "warned", "stalled")
-DEFAULT_ON = ("aborted", "restarted", "ended")
-TEST = "test"  # `gpuops notify-test`
+#: The events a channel may be told of (playbook `notify[].on`), and the default (both sides read them in the wire).
+WHATS, DEFAULT_ON = p.NOTIFY_WHATS, p.NOTIFY_DEFAULT_ON
+TEST = p.NOTIFY_TEST  # `gpuops notify-test`
 #: The watchdog's events that make a notification (events.jsonl `event` -> `what`). `restarted` is told when
 #: the next attempt has started (not when its delay begins: a stop in the delay, or a GPU taken, means none).
 FROM_EVENT = {"abort_start": "aborted", "stopped_elsewhere": "aborted", "attempt_started": "restarted",

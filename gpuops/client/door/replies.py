@@ -5,7 +5,7 @@ typed once, in the wire (agent/wire/marks.py, frames.py), and used as they are."
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
