@@ -75,9 +75,9 @@ def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID
 
 def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
     """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently.
-    The target is the one `logs` itself would pick (cli/targets.py): the first -t, else the playbook's."""
+    The target is the one `logs` itself would pick (client/selection.py): the first -t, else the playbook's."""
     try:
-        from gpuops.cli.targets import select_targets
+        from gpuops.client.selection import select_targets
         from gpuops.client.door import Door
         from gpuops.transport import Pool
 

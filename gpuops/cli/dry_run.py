@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.cli.targets import load_plays
+from gpuops.client.selection import load_plays
 from gpuops.client.events import Outcome
 from gpuops.errors import ExitCode
 
 
 def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
-    from gpuops.cli.job_cmd import is_job
+    from gpuops.client.nodes import is_job
     from gpuops.cli.render import JsonRenderer
 
     plays = load_plays(inventory, playbook, targets, every, dry=True)

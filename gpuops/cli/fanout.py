@@ -86,7 +86,7 @@ class Fanout:
                  as_json: bool, ordered: bool = False, sum_up: bool = True) -> None:
         self.plays, self.base, self.report = plays, base, report
         self.as_json, self.ordered = as_json, ordered
-        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_cmd.py)
+        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_flow.py)
         self.renders = {play.target.name: render_for(play) for play in plays}
         self.workers: list[_Worker] = []
         self.broken = False

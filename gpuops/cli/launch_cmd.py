@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import Any
 
-from gpuops.cli.targets import load_plays
+from gpuops.client.selection import load_plays
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
@@ -24,7 +24,8 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
 
         return dry_run(inventory, playbook, targets, every, as_json)
     plays = load_plays(inventory, playbook, targets, every)
-    from gpuops.cli.job_cmd import is_job, run_job
+    from gpuops.cli.job_flow import run_job
+    from gpuops.client.nodes import is_job
 
     if not (yes or as_json) and sys.stdin.isatty() and sys.stderr.isatty():
         import click

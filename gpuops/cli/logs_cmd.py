@@ -7,7 +7,7 @@ import shlex
 import time
 from typing import Any, Iterator
 
-from gpuops.cli.targets import load_plays
+from gpuops.client.selection import load_plays
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.which_run import check_run_id, pick, recorded_outcome

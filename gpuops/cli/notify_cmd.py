@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.run_flow import drive, each_target, renderer
-from gpuops.cli.targets import load_plays
+from gpuops.client.selection import load_plays
 
 
 def run_notify_test(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, as_json: bool,

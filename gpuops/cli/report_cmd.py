@@ -14,7 +14,7 @@ def run_report(inventory: str | None, playbook: str | None, target: str | None, 
     from gpuops.cli.options import report_cost
     from gpuops.cli.report.page import write
     from gpuops.cli.report.writer import build, check_writable, fetch
-    from gpuops.cli.targets import load_plays
+    from gpuops.client.selection import load_plays
     from gpuops.cli.which_run import check_run_id
 
     if run_id is not None:

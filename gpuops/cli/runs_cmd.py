@@ -31,7 +31,7 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
              as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuops.cli.targets import select_targets
+    from gpuops.client.selection import select_targets
     from gpuops.transport import Pool
 
     sel = select_targets(inventory, playbook, names, every)

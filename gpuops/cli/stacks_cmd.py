@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.cli.junit import NO_REPORT
-from gpuops.cli.targets import load_plays
+from gpuops.client.selection import load_plays
 from gpuops.cli.which_run import check_run_id, pick
 from gpuops.client.events import Event, Outcome
 from gpuops.errors import ExitCode, NoRun, UsageError

@@ -14,7 +14,7 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
     from gpuops.transport import Pool
 
-    from gpuops.cli.targets import select_targets
+    from gpuops.client.selection import select_targets
 
     sel = select_targets(inventory, playbook, names, every)
     inv, pb, targets = sel.inventory, sel.playbook, sel.targets

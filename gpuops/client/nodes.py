@@ -46,6 +46,12 @@ class Node:
         return {**self.meta(), "node_name": self.nodes[self.rank], "key": self.key}
 
 
+def is_job(plays: list[Play]) -> bool:
+    """These plays are the nodes of one torchrun job (the playbook's launch.nodes, no -t)."""
+    return bool(plays) and bool(plays[0].playbook.launch.nodes) and \
+        [j.target.name for j in plays] == list(plays[0].playbook.launch.nodes)
+
+
 def check_nodes(plays: list[Play]) -> None:
     """Every node is a target of the inventory (a ConfigError at the playbook's line, exit 2)."""
     if not plays:

@@ -13,12 +13,6 @@ from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
 
 
-def is_job(plays: list[Any]) -> bool:
-    """These plays are the nodes of one torchrun job (the playbook's launch.nodes, no -t)."""
-    return bool(plays) and bool(plays[0].playbook.launch.nodes) and \
-        [j.target.name for j in plays] == list(plays[0].playbook.launch.nodes)
-
-
 def run_job(plays: list[Any], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any) -> int:
     """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
     import time
