@@ -3,11 +3,15 @@ torchrun job, each node's torchrun command first."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.client.selection import load_plays
 from gpuops.client.events import Outcome
 from gpuops.errors import ExitCode
+
+if TYPE_CHECKING:
+    from gpuops.client.play import Play
+    from gpuops.cli.render import JsonRenderer
 
 
 def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
@@ -31,7 +35,7 @@ def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...
     return ExitCode.OK
 
 
-def dry_run_one(play: Any, out: Any) -> None:
+def dry_run_one(play: Play, out: JsonRenderer | None) -> None:
     """Every command one target's launch would send; `out`: the JSON renderer with --json."""
     from gpuops.client.launch import plan
 
@@ -62,7 +66,7 @@ def dry_run_one(play: Any, out: Any) -> None:
             print(f"# stdin: {stdin}")
 
 
-def dry_run_job(plays: list[Any], out: Any) -> None:
+def dry_run_job(plays: list[Play], out: JsonRenderer | None) -> None:
     """Each node's torchrun command, then every command of each node's launch."""
     from gpuops.client.nodes import ADDRESS_PROBE, check_nodes, endpoint, node_plays
 

@@ -18,13 +18,17 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
 
-Work = Callable[[Any, Any], int]  # (play, renderer) -> exit code; a GpuopsError is that target's error
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report, Terminal
+    from gpuops.client.play import Play
+
+Work = Callable[["Play", "Render"], int]  # (play, renderer) -> exit code; a GpuopsError is that target's error
 _HEADER = struct.Struct("!I")
 _CARRIED = ("findings", "thresholds", "gpu", "tail", "run", "target")  # what the renderers and the report read
 
@@ -40,7 +44,7 @@ class Carried(GpuopsError):
 
 @dataclass
 class _Worker:
-    play: Any
+    play: Play
     pid: int
     fd: int
     buf: bytearray = field(default_factory=bytearray)
@@ -82,7 +86,7 @@ class _Relay:
 class Fanout:
     """Runs `work` for every play at once and renders what each reports; `ordered`: one target's output after another."""
 
-    def __init__(self, plays: list[Any], render_for: Callable[[Any], Any], base: Any, report: Any, *,
+    def __init__(self, plays: list[Play], render_for: Callable[[Play], Render], base: Terminal, report: Report, *,
                  as_json: bool, ordered: bool = False, sum_up: bool = True) -> None:
         self.plays, self.base, self.report = plays, base, report
         self.as_json, self.ordered = as_json, ordered
@@ -214,10 +218,11 @@ class Fanout:
 
     def _error(self, name: str, exc: Carried) -> None:
         from gpuops.cli.options import error_outcome
+        from gpuops.cli.render import JsonRenderer
 
         if self.report.path:
             self.report.suite(name).error(exc, exc.exit_code)
-        if self.as_json:
+        if isinstance(self.base, JsonRenderer):  # --json
             self.base.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), name)
         else:
             self.base.error(name, exc.exit_code, str(exc), exc.hint, exc)
@@ -230,9 +235,11 @@ class Fanout:
             raise BrokenPipeError()
         if not self.sum_up:
             return code
-        if self.as_json:
+        from gpuops.cli.render import JsonRenderer
+
+        if isinstance(self.base, JsonRenderer):  # --json
             order = {w.name: i for i, w in enumerate(self.workers)}
-            self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))
+            self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(str(obj.get("target")), 0)))
         else:
             each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
             self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))
@@ -249,11 +256,11 @@ def _carry(exc: GpuopsError) -> dict[str, Any]:
     return {"message": str(exc), "hint": exc.hint, "exit_code": exc.exit_code, "details": details}
 
 
-def _cost(play: Any) -> tuple[int, int]:
+def _cost(play: Play) -> tuple[int, int]:
     return play.transport.connections_made, play.transport.commands
 
 
-def _worker_main(play: Any, work: Work, fd: int, parent: int) -> NoReturn:
+def _worker_main(play: Play, work: Work, fd: int, parent: int) -> NoReturn:
     """In the forked worker: run the work for one target, relay everything, never return."""
     from gpuops.cli.options import internal_error
 

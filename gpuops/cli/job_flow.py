@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.cli.fanout import Fanout
 from gpuops.cli.run_flow import renderer
 from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
 
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report, Terminal
+    from gpuops.client.play import Play
+    from gpuops.client.nodes import Node
 
-def run_job(plays: list[Any], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any) -> int:
+
+def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Report) -> int:
     """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
     import time
 
@@ -24,7 +29,7 @@ def run_job(plays: list[Any], *, detach: bool, timeout: float | None, as_json: b
     deadline = time.monotonic() + timeout if timeout else None
     render = renderer(as_json, verbose, multi=True)
     first = plays[0].target.name
-    nodes: list[Any] = []
+    nodes: list[Play] = []
     try:
         gen = launch_job(plays, detach=detach, timeout=timeout)
         for item in gen:
@@ -37,9 +42,10 @@ def run_job(plays: list[Any], *, detach: bool, timeout: float | None, as_json: b
         nodes = _node_plays(plays, item)
     except GpuopsError as exc:
         from gpuops.cli.options import error_outcome
+        from gpuops.cli.render import JsonRenderer
 
         exc.target = getattr(exc, "target", None) or first
-        if as_json:
+        if isinstance(render, JsonRenderer):  # --json
             render.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), exc.target)
             if render.held is not None:
                 render.release(lambda obj: 0)
@@ -49,7 +55,7 @@ def run_job(plays: list[Any], *, detach: bool, timeout: float | None, as_json: b
     return follow_job(nodes, item.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
 
 
-def _node_plays(plays: list[Any], started: Outcome) -> list[Any]:
+def _node_plays(plays: list[Play], started: Outcome) -> list[Play]:
     """The nodes' plays as the launch made them (each knows its place in the job) from the launch's records."""
     from gpuops.client.nodes import Node
 
@@ -58,17 +64,18 @@ def _node_plays(plays: list[Any], started: Outcome) -> list[Any]:
     return [_with_node(j, Node(rank, names, run, "")) for rank, j in enumerate(plays)]
 
 
-def _with_node(play: Any, node: Any) -> Any:
+def _with_node(play: Play, node: Node) -> Play:
     import dataclasses
 
     return dataclasses.replace(play, node=node)
 
 
-def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_json: bool, verbose: bool,
+def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report, *, as_json: bool, verbose: bool,
                timeout: float | None) -> int:
     """Every node followed at once (each in a worker, as several targets are), then the job's summary."""
     import time
 
+    from gpuops.cli.render import JsonRenderer
     from gpuops.client.nodes_launch import node_ends
     from gpuops.client.nodes import job_outcome
 
@@ -81,7 +88,7 @@ def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_js
         conns, cmds = fan.cost()
         sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
     target = out.data.get("first_failing_node") or nodes[0].target.name
-    if as_json:
+    if isinstance(render, JsonRenderer):  # --json
         render.release(lambda obj: 0)
         render.outcome(out, target)  # the last line: the job's summary
     else:
@@ -92,7 +99,7 @@ def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_js
     return out.exit_code
 
 
-def _follow_one(play: Any, render: Any, *, run_id: str, deadline: float | None) -> int:
+def _follow_one(play: Play, render: Render, *, run_id: str, deadline: float | None) -> int:
     from gpuops.cli.run_flow import drive
     from gpuops.client.viewer import view
 

@@ -6,19 +6,23 @@ from __future__ import annotations
 import functools
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.client.selection import load_plays
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
 from gpuops.errors import ExitCode, GpuopsError
-from gpuops.client.events import Outcome
+from gpuops.client.events import Event, Outcome
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report
+    from gpuops.client.play import Play
 
 
 def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
-               report: Any = NO_REPORT, stop_on_exit: bool = False) -> int:
+               report: Report = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
         from gpuops.cli.dry_run import dry_run
 
@@ -44,7 +48,7 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
                        verbose=verbose)
 
 
-def _launch_one(play: Any, render: Any, *, detach: bool, timeout: float | None, inventory: str | None,
+def _launch_one(play: Play, render: Render, *, detach: bool, timeout: float | None, inventory: str | None,
                 playbook: str | None, stop_on_exit: bool = False) -> int:
     """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
     from gpuops.client.launch import launch
@@ -70,11 +74,14 @@ def _launch_one(play: Any, render: Any, *, detach: bool, timeout: float | None, 
 class _Silent:
     """A renderer that shows nothing (stdout's reader is gone)."""
 
-    def event(self, ev: Any) -> None:
+    def event(self, ev: Event) -> None:
+        pass
+
+    def outcome(self, out: Outcome, target: str | None = None) -> None:
         pass
 
 
-def _stop(play: Any, render: Any) -> Outcome:
+def _stop(play: Play, render: Render) -> Outcome:
     """`gpuops stop`'s stop of the target's run, its events rendered; its outcome returned, not shown."""
     from gpuops.client.launch import stop
 
@@ -85,7 +92,7 @@ def _stop(play: Any, render: Any) -> Outcome:
     return Outcome("stopped", ExitCode.OK, "stopped", {})
 
 
-def _stop_given_up(play: Any, state: dict[str, Any], render: Any, exc: GpuopsError) -> None:
+def _stop_given_up(play: Play, state: dict[str, Any], render: Render, exc: GpuopsError) -> None:
     """The connection was given up on while following: --stop-on-exit tries the stop through a new one."""
     with signals_deferred():
         try:
@@ -96,7 +103,7 @@ def _stop_given_up(play: Any, state: dict[str, Any], render: Any, exc: GpuopsErr
                         "run `gpuops stop` once the target can be reached" + (f"; {exc.hint}" if exc.hint else ""))
 
 
-def _interrupted(play: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+def _interrupted(play: Play, state: dict[str, Any], render: Render, inventory: str | None, playbook: str | None,
                  exc: BaseException, stop_on_exit: bool = False) -> int:
     code, name, cause = code_of(exc), outcome_of(exc), cause_of(exc)
     if stop_on_exit and (state.get("started") or state.get("aborting")):
@@ -115,7 +122,7 @@ def _interrupted(play: Any, state: dict[str, Any], render: Any, inventory: str |
     return code
 
 
-def _stopped_on_exit(play: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+def _stopped_on_exit(play: Play, state: dict[str, Any], render: Render, inventory: str | None, playbook: str | None,
                      exc: BaseException) -> Outcome:
     """--stop-on-exit: launch is ending before its run, so the run is stopped first (as `gpuops stop` does);
     a further signal meanwhile waits for the stop, which is what it asks for."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import shlex
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from gpuops.client.selection import load_plays
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
@@ -15,13 +15,20 @@ from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, UsageError
 from gpuops.client.events import Event, Outcome
 
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report
+    from gpuops.client.play import Play
+    from gpuops.agent.wire.runinfo import RunInfo
 
-def current_run(play: Any) -> Any:
+
+def current_run(play: Play) -> RunInfo:
     """The session's current run (NoRun, exit 2, when it has none)."""
-    return pick(play, None).info
+    info = pick(play, None).info
+    assert info is not None  # pick gives the current run, or raises
+    return info
 
 
-def wait_started(play: Any, info: Any, deadline: float | None) -> Any:
+def wait_started(play: Play, info: RunInfo, deadline: float | None) -> RunInfo:
     """A launch in progress (preflight, warmup) has no session yet: wait until it starts training or gives up.
 
     Following it at once would take the missing session for a lost run and reap its warmup.
@@ -34,7 +41,7 @@ def wait_started(play: Any, info: Any, deadline: float | None) -> Any:
 
 def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
              run_id: str | None = None, follow: bool, tail: int | None, no_abort: bool, timeout: float | None,
-             as_json: bool, verbose: bool, report: Any = NO_REPORT) -> int:
+             as_json: bool, verbose: bool, report: Report = NO_REPORT) -> int:
     if run_id is not None:
         check_run_id(run_id)
     plays = load_plays(inventory, playbook, targets, every, need_env=False)
@@ -47,7 +54,7 @@ def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ..
                        verbose=verbose, ordered=not follow)
 
 
-def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
+def _logs_one(play: Play, render: Render, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
               deadline: float | None, inventory: str | None, playbook: str | None) -> int:
     """One target's log, printed or followed."""
     from gpuops.client.viewer import view
@@ -59,6 +66,7 @@ def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail:
         if picked.row is not None:
             return _earlier_run(play, render, picked.row, follow=follow, tail=tail_at, state=state)
         info = picked.info
+        assert info is not None  # pick gives an earlier run's row, or the current run
         if follow and info.state == "warming":
             render.event(Event("waiting_start", play.target.name, info.run_id, {"phase": info.meta.get("phase")}))
             info = wait_started(play, info, deadline)
@@ -87,7 +95,7 @@ def _logs_one(play: Any, render: Any, *, run_id: str | None, follow: bool, tail:
         play.transport.close()
 
 
-def _earlier_run(play: Any, render: Any, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
+def _earlier_run(play: Play, render: Render, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
     """`--run ID` of a run that is over: its log; with --follow, then the code it ended with."""
     from gpuops.client.viewer import view
 
@@ -99,7 +107,7 @@ def _earlier_run(play: Any, render: Any, row: dict[str, Any], *, follow: bool, t
     return drive(_ending_with(events, recorded_outcome(row)), render, play.target.name, state)
 
 
-def _ending_with(events: Iterator[Any], outcome: Outcome) -> Iterator[Any]:
+def _ending_with(events: Iterator[Event | Outcome], outcome: Outcome) -> Iterator[Event | Outcome]:
     """The log's events, then `outcome` in place of the print's own."""
     try:
         for item in events:

@@ -3,11 +3,15 @@ asked for; prints what each channel answered; exit 9 when any failed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.client.selection import load_plays
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 
 def run_notify_test(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, as_json: bool,
@@ -17,7 +21,7 @@ def run_notify_test(inventory: str | None, playbook: str | None, targets: tuple[
                        verbose=verbose)
 
 
-def _one(play: Any, render: Any) -> int:
+def _one(play: Play, render: Render) -> int:
     from gpuops.client.notifications import notify_test
 
     try:

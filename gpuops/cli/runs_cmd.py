@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError, worst_exit
 
+if TYPE_CHECKING:
+    from gpuops.config.model import Inventory, Target
+    from gpuops.transport import Pool
 
-def history(pool: Any, inventory: Any, target: Any, limit: int, playbook: str | None = None
+
+def history(pool: Pool, inventory: Inventory, target: Target, limit: int, playbook: str | None = None
             ) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs (of `playbook`: the target filters, then limits), or why they could not be read
     (one dead host never hides the others)."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.cli.junit import NO_REPORT
@@ -12,6 +12,10 @@ from gpuops.client.selection import load_plays
 from gpuops.cli.which_run import check_run_id, pick
 from gpuops.client.events import Event, Outcome
 from gpuops.errors import ExitCode, NoRun, UsageError
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 
 def run_stacks(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool,
@@ -26,18 +30,22 @@ def run_stacks(inventory: str | None, playbook: str | None, targets: tuple[str, 
                        verbose=verbose, ordered=True)
 
 
-def _one(play: Any, render: Any, *, run_id: str | None, recorded: bool) -> int:
+def _one(play: Play, render: Render, *, run_id: str | None, recorded: bool) -> int:
     try:
         return drive(_events(play, run_id, recorded), render, play.target.name, {})
     finally:
         play.transport.close()
 
 
-def _events(play: Any, run_id: str | None, recorded: bool) -> Iterator[Event | Outcome]:
+def _events(play: Play, run_id: str | None, recorded: bool) -> Iterator[Event | Outcome]:
     picked = pick(play, run_id)
-    run = picked.row["run"] if picked.row is not None else picked.info.run_id
-    if not recorded and (picked.row is not None or picked.info.state != "running"):
-        state = picked.row.get("outcome") if picked.row is not None else picked.info.state
+    if picked.row is not None:  # an earlier run: never live
+        run, state, live = picked.row["run"], picked.row.get("outcome"), False
+    else:
+        assert picked.info is not None  # pick gives an earlier run's row, or the current run
+        run, state = picked.info.run_id, picked.info.state
+        live = state == "running"
+    if not recorded and not live:
         raise NoRun(f"{play.target.name}: run {run} is not running ({state}): it has no live stacks",
                     hint="`gpuops logs --stacks` shows the stacks recorded before its abort")
     rows = play.door.stacks(run, recorded=recorded)

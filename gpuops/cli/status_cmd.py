@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.cli.status_view import plain_lines, rich_view
 from gpuops.errors import status_exit
+
+if TYPE_CHECKING:
+    from gpuops.client.status import TargetStatus
+    from gpuops.config.model import Inventory, Target
+    from gpuops.transport import Pool
 
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, refresh_every: float | None,
@@ -45,12 +50,12 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
         sys.setswitchinterval(switch)
 
 
-def _code(results: list[Any]) -> int:
+def _code(results: list[TargetStatus]) -> int:
     """The contract's status rule (errors.status_exit): 3 if any target could not be read."""
     return status_exit(r.error_code for r in results if r.error_code is not None)
 
 
-def _print(results: list[Any], as_json: bool) -> None:
+def _print(results: list[TargetStatus], as_json: bool) -> None:
     if as_json:
         from gpuops.cli.render import iso, json_line
 
@@ -67,7 +72,7 @@ def _print(results: list[Any], as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _refresh(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
+def _refresh(pool: Pool, inv: Inventory, targets: list[Target], sessions: tuple[str, ...] | None, every: float) -> int:
     from rich.live import Live
 
     from gpuops.client.status import gather

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.client.selection import load_plays
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 
 def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
@@ -16,7 +20,7 @@ def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ..
                        verbose=verbose)
 
 
-def _stop_one(play: Any, render: Any) -> int:
+def _stop_one(play: Play, render: Render) -> int:
     """Stop one target's run."""
     from gpuops.client.launch import stop
 

@@ -7,10 +7,14 @@ there: one the session never had is exit 2, naming the runs it has.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode, NoRun, UsageError
 from gpuops.client.events import Outcome
+
+if TYPE_CHECKING:
+    from gpuops.client.play import Play
+    from gpuops.agent.wire.runinfo import RunInfo
 
 HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
 NAMED = 10  # runs named when an id is unknown
@@ -20,7 +24,7 @@ NAMED = 10  # runs named when an id is unknown
 class Picked:
     """The current run (`info`, as the probe read it), or an earlier one (`row`, its history record)."""
 
-    info: Any = None
+    info: RunInfo | None = None
     row: dict[str, Any] | None = None
 
 
@@ -35,7 +39,7 @@ def check_run_id(run_id: str) -> str:
                          "`gpuops runs` lists them)") from None
 
 
-def pick(play: Any, run_id: str | None) -> Picked:
+def pick(play: Play, run_id: str | None) -> Picked:
     """The run to show: the current one, or run_id (its own session's); NoRun (exit 2) when there is none."""
     from gpuops.client.outcome import session_state
 

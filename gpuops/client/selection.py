@@ -40,6 +40,7 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     from gpuops.config.inventory import resolve_targets, usable
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
+    pb: Playbook | None
     if run:
         pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
     else:
