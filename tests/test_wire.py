@@ -219,7 +219,8 @@ def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json
 
 def test_watch_json_defaults_are_spelled_once() -> None:
     """The abort's grace, its signal, the stall timeout, the sample interval and the drain's memory
-    threshold come from gpuops/agent/wire/watchfile.py; no other module spells them as a literal default."""
+    threshold come from gpuops/agent/wire/watchfile.py (a detector's window from its entry in
+    gpuops/agent/wire/detector_list.py); no other module spells them as a literal default."""
     import re
 
     from gpuops.agent.wire import watchfile
@@ -230,11 +231,13 @@ def test_watch_json_defaults_are_spelled_once() -> None:
                 r"""max_memory_used_mib["'],\s*500""", r"max_memory_used_mib:\s*int\s*=\s*5", r"signal:\s*str\s*=\s*[\"']",
                 r"""["']window["'],\s*30"""]
     found = [f"{path.relative_to(REPO)}: {pattern}" for path in sorted((REPO / "gpuops").rglob("*.py"))
-             if path.name != "watchfile.py" for pattern in literals if re.search(pattern, path.read_text())]
+             if path.name not in ("watchfile.py", "detector_list.py")
+             for pattern in literals if re.search(pattern, path.read_text())]
     assert found == []
     assert (model.Abort().grace, model.Abort().signal, model.Watch().stall_timeout, model.Watch().sample_interval) == (
         watchfile.ABORT_GRACE, watchfile.ABORT_SIGNAL, watchfile.STALL_TIMEOUT, watchfile.SAMPLE_INTERVAL)
-    assert watchfile.abort_settings({}) == ("INT", 30.0) and watchfile.stall_settings({}) == (900.0, None)
+    older = watchfile.parse({})  # a watch.json without the keys
+    assert (older.abort.signal, older.abort.grace) == ("INT", 30.0) and (older.stall.timeout, older.stall.auto) == (900.0, None)
 
 
 def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:

@@ -6,7 +6,7 @@ import os
 from typing import Mapping as Env
 from urllib.parse import urlsplit
 
-from gpuops.agent.notify.payload import DEFAULT_ON, WHATS
+from gpuops.agent.wire.protocol import NOTIFY_DEFAULT_ON as DEFAULT_ON, NOTIFY_WHATS as WHATS
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Channel
 from gpuops.config.yamlpos import Node, Scalar

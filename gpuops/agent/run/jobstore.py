@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict
+from typing import Any
 
 from ..wire import jobwire, watchfile
 from ..wire import protocol as p
@@ -50,11 +50,10 @@ def main(argv: list) -> int:
 
     signal.signal(signal.SIGTERM, lambda *a: os._exit(0))  # the watchdog ends the link: no interpreter shutdown
     d = p.run_dir(run_id)
-    cfg = watchfile.read(d) or {}
-    job: Dict[str, Any] = cfg.get("job") or {}
+    job = watchfile.read_or_default(d).job or watchfile.Job()
     rdzv = (read_text(os.path.join(d, p.RDZV_ID)) or run_id).strip()
-    key, name = str(job.get("key") or ""), jobwire.store_key(rdzv)
-    host, _, port = str(job.get("endpoint") or "").rpartition(":")
+    key, name = job.key, jobwire.store_key(rdzv)
+    host, _, port = job.endpoint.rpartition(":")
     host = host.strip("[]")
     try:
         dist = importlib.import_module("torch.distributed")  # the training's torch, never the watchdog's

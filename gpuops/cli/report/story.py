@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuops.agent.wire.detector_list import DETECTORS
 from gpuops.cli.report.plot import PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock
 from gpuops.cli.status_view import job_stop_words, node_words
 
@@ -131,10 +132,12 @@ def charts(rec: dict[str, Any]) -> list[Chart]:
         return [Series(f"GPU {g}", [(r[0], (r[1].get(str(g)) or [None, None])[i]) for r in rows], colour[g]) for g in gpus]
 
     common = {"t0": t0, "t1": t1, "marks": all_marks, "spans": spans}
-    return [
-        Chart("Throughput (the figure the log prints)", "figure / s", [Series("throughput", tp, THROUGHPUT)] if tp else [],
-              levels=levels, fmt=figure, empty="no throughput figures: set watch.throughput.pattern", **common),
-        Chart("GPU memory used", "MiB", per_gpu(0), levels=mem_levels, fmt=lambda v: f"{v:,.0f}", **common),
+    # The telemetry series a detector's plot may name (wire/detector_list.Plot), with their baseline levels.
+    drawn = {"throughput": ([Series("throughput", tp, THROUGHPUT)] if tp else [], levels, figure),
+             "memory": (per_gpu(0), mem_levels, lambda v: f"{v:,.0f}")}
+    plots = [d.plot for d in DETECTORS if d.plot is not None and d.plot.series in drawn]
+    return [Chart(plot.title, plot.unit, drawn[plot.series][0], levels=drawn[plot.series][1], fmt=drawn[plot.series][2],
+                  **({"empty": plot.empty} if plot.empty else {}), **common) for plot in plots] + [
         Chart("GPU utilisation", "%", per_gpu(1), y_max=100.0, fmt=lambda v: f"{v:.0f}", **common),
     ]
 
