@@ -9,7 +9,7 @@ import pytest
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
-from gpuops.agent.wire.detector_list import Chosen, by_key
+from gpuops.agent.wire.detector_list import DetectorSettings, by_key
 from gpuops.config.playbook_model import StallAuto, Watch
 
 LAUNCH = "launch: {session: s, command: c}\n"
@@ -34,7 +34,7 @@ def error(tmp_path: Path, text: str) -> str:
 def test_defaults_without_a_watch_section(tmp_path: Path) -> None:
     assert watch(tmp_path, "") == Watch(
         builtin=True, rules=(), stall_timeout=900.0, builtin_rules=(), stall_auto=None, sample_interval=2.0,
-        detectors=Chosen((("throughput", None), ("gpu_memory", GpuMemory()),
+        detectors=DetectorSettings((("throughput", None), ("gpu_memory", GpuMemory()),
                           ("compile_after_warmup", CompileAfterWarmup()))),
         recompiles=False,
     )

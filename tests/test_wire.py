@@ -253,3 +253,21 @@ def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:
     objs = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [o["event"] for o in objs] == ["started", "summary"]
     assert all(o["schema_version"] == p.SCHEMA_VERSION for o in objs)
+
+
+def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_for_what_it_lacks() -> None:
+    """A run launched by an earlier gpuops is still watched after an upgrade: its watch.json (the real H200
+    runs', written before restarts, stacks, notifications and the schema version) is read once into the
+    typed config; what it lacks gets its default, and composing it again gives the same record."""
+    from gpuops.agent.wire import watchfile
+
+    old = json.loads((REPO / "tests/data/real_h200/watchdog/eager/watch.json").read_text())
+    assert not {"schema_version", "restart", "stacks", "notify"} & set(old)
+    cfg = watchfile.parse(old)
+    assert (cfg.session, cfg.gpus, cfg.abort.grace, cfg.stall.timeout, cfg.sample_interval) == ("real-eager", (0,), 15.0,
+                                                                                                300.0, 1.0)
+    assert (cfg.restart, cfg.max_attempts, cfg.stacks, cfg.notify, cfg.job) == (None, 1, "on_stall", (), None)
+    throughput = cfg.detectors.of("throughput")
+    assert (throughput.pattern, throughput.action, throughput.window) == (r"tok/s (\d+)", "abort", 10.0)
+    assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
+                            "notify": []}

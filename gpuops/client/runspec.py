@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gpuops.agent.wire import watchfile
-from gpuops.agent.wire.detector_list import Chosen
+from gpuops.agent.wire.detector_list import DetectorSettings
 from gpuops.command import Secret, Script, export
 from gpuops.client.job import Job, holder_id
 from gpuops.client.runs import dumps
@@ -90,10 +90,10 @@ def plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-def _detectors(chosen: Chosen) -> Chosen:
+def _detectors(detectors: DetectorSettings) -> DetectorSettings:
     """The playbook's detectors as watch.json carries them: one turned off is absent (None)."""
-    return Chosen(tuple((key, None if settings is None or settings.action == "off" else settings)
-                        for key, settings in chosen.settings))
+    return DetectorSettings(tuple((key, None if settings is None or settings.action == "off" else settings)
+                        for key, settings in detectors.settings))
 
 
 def watch_config(job: Job, run_id: str) -> watchfile.WatchConfig:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuops.agent.wire import watchfile as wf
-from gpuops.agent.wire.detector_list import DETECTORS, Chosen
+from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.errors import Mark
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -92,7 +92,7 @@ class Watch:
     sample_interval: float = wf.SAMPLE_INTERVAL  # seconds between GPU samples
     # Each quiet-failure detector's settings (None: absent; action off: turned off), as its entry in
     # gpuops/agent/wire/detector_list.py declares them; the ones on by default are on.
-    detectors: Chosen = field(default_factory=lambda: Chosen(tuple(
+    detectors: DetectorSettings = field(default_factory=lambda: DetectorSettings(tuple(
         (spec.key, spec.defaults() if spec.default_on else None) for spec in DETECTORS)))
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
     stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal

@@ -7,7 +7,7 @@ from typing import Sequence as Seq
 
 from gpuops.agent.wire import builtin_rules as builtin
 from gpuops.agent.wire import watchfile as wf
-from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, Chosen
+from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, DetectorSettings
 from gpuops.config import schema as s
 from gpuops.config.detector_keys import compile_pattern, parse_detector
 from gpuops.config.playbook_model import EnvVar, RuleSpec, StallAuto, Watch
@@ -26,7 +26,7 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
     """The watch section as a Watch; findings that do not stop a run go to warnings."""
     given_env = {v.name: v.value for v in env if v.value}
     if node is None:
-        return Watch(detectors=Chosen(tuple((spec.key, spec.defaults(given_env) if spec.default_on else None)
+        return Watch(detectors=DetectorSettings(tuple((spec.key, spec.defaults(given_env) if spec.default_on else None)
                                             for spec in DETECTOR_LIST)))
     sec = s.Section(node, "watch", WATCH_KEYS)
     fields: dict[str, object] = {}
@@ -47,7 +47,7 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
     interval = s.seconds(interval_node, zero_ok=False, at_least=0.5) if interval_node else Watch.sample_interval
     fields["sample_interval"] = interval
     sampling = (interval, interval_node.mark if interval_node else None)
-    fields["detectors"] = Chosen(tuple((spec.key, parse_detector(spec, sec.get(spec.key), given_env, sampling, warnings))
+    fields["detectors"] = DetectorSettings(tuple((spec.key, parse_detector(spec, sec.get(spec.key), given_env, sampling, warnings))
                                        for spec in DETECTOR_LIST))
     if (n := sec.get("recompiles")) is not None:
         fields["recompiles"] = s.boolean(n)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict, List, Optional, Set, Type
 
-from ..wire.detector_list import DETECTORS, NO_BASELINE, Chosen, DetectorSpec
+from ..wire.detector_list import DETECTORS, NO_BASELINE, DetectorSettings, DetectorSpec
 from ..wire.smi import GpuSample
 from . import judge
 from .judge import ABORT, MIN_FIGURES, NOTE, WARN, Baseline, Finding, Run, base_figures  # noqa: F401  (their home is judge.py)
@@ -38,12 +38,12 @@ def load(spec: DetectorSpec) -> Type[judge.Detector]:
 class Detectors:
     """The quiet-failure detectors of one run (see the module docstring); `started` is when training started."""
 
-    def __init__(self, chosen: Chosen, baseline: Optional[Baseline], started: float,
+    def __init__(self, detectors: DetectorSettings, baseline: Optional[Baseline], started: float,
                  no_baseline: Optional[str] = None) -> None:
         self.baseline = baseline
         self.no_baseline = no_baseline  # why there is no earlier run to judge against (said in the note)
         self.started = started
-        on = [(load(spec), settings) for spec, settings in chosen.on()]
+        on = [(load(spec), settings) for spec, settings in detectors.on()]
         horizon = 2.0 * max((cls.span(settings, baseline) for cls, settings in on), default=0.0) + 10.0
         run = Run(started, baseline, horizon)
         self.judges: List[judge.Detector] = [cls(settings, run) for cls, settings in on]
@@ -104,8 +104,10 @@ class Detectors:
         return facts
 
     def _note_missing_baseline(self, t: float) -> List[Finding]:
+        if self._noted:
+            return []
         settle = self.settle()
-        if self._noted or settle is None or t < self.started + settle:
+        if settle is None or t < self.started + settle:
             return []
         self._noted = True
         b = self.baseline
@@ -124,11 +126,11 @@ class Detectors:
         return [Finding(NO_BASELINE, NOTE, message, advice, figures)]
 
 
-def heartbeat(chosen: Chosen) -> Dict[str, Any]:
+def heartbeat(detectors: DetectorSettings) -> Dict[str, Any]:
     """The settings the heartbeat's telemetry carries (status reads them): each detector's, or its default."""
     out: Dict[str, Any] = {}
     for spec in DETECTORS:
-        settings = chosen.of(spec.key)
+        settings = detectors.of(spec.key)
         for key in spec.heartbeat:
             out[key] = getattr(settings, key) if settings is not None else spec.key_of(key).default
     return out

@@ -36,7 +36,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .judge import Baseline
-from ..wire.detector_list import Chosen
+from ..wire.detector_list import DetectorSettings
 from ..wire.protocol import ATTEMPT, EVENTS
 from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
@@ -254,10 +254,10 @@ def _levels(value: Any, gpus: Sequence[int]) -> Optional[Dict[int, float]]:
     return {int(g): number for g in gpus} if number is not None and gpus else None
 
 
-def baseline_from_config(chosen: Chosen, last: Baseline | None, gpus: Sequence[int] = ()) -> Baseline | None:
+def baseline_from_config(detectors: DetectorSettings, last: Baseline | None, gpus: Sequence[int] = ()) -> Baseline | None:
     """The baseline a run is judged by: the playbook's numbers where it gives them (`baseline: 505695`), else `last`'s.
     Each detector with a baseline gives its level's (wire/detector_list: throughput, gpu_memory)."""
-    given = {spec.baseline: settings.baseline for spec, settings in chosen.on() if spec.baseline}
+    given = {spec.baseline: settings.baseline for spec, settings in detectors.on() if spec.baseline}
     throughput = _number(given.get("throughput"))
     levels = _levels(given.get("gpu_memory"), gpus)
     used: List[str] = ["playbook"] if throughput is not None or levels is not None else []

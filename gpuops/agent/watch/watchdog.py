@@ -88,9 +88,9 @@ class Watchdog:
         self.over = False  # the attempt ended: finish() runs
         self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
         self.duties = [duty(self) for duty in DUTIES]  # what each pass of run() does, when due (duties.py)
-        self.heartbeat, self.stalled = self.duty(Heartbeat), self.duty(Stall)
 
     def duty(self, kind: Type[D]) -> D:
+        """The watchdog's duty of this class."""
         return next(d for d in self.duties if isinstance(d, kind))
 
     # -- the log --------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class Watchdog:
             return 0
         self.offset = self.log.offset
         self.stall.grew(time.monotonic())
-        self.stalled.said = False  # a new silence is said again
+        self.duty(Stall).said = False  # a new silence is said again
         for hit in self.matcher.feed(data):
             self.on_hit(hit)
         now = time.time()
@@ -222,7 +222,7 @@ class Watchdog:
         settle a match the run outlived, record the end."""
         self.link.at_end()
         self.over = True
-        self.heartbeat.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
+        self.duty(Heartbeat).beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
             survivors = reap(self.run_id)
@@ -254,7 +254,7 @@ class Watchdog:
             return
         self.status = "done"
         self.events.write("done")
-        self.heartbeat.beat(force=True)
+        self.duty(Heartbeat).beat(force=True)
 
     def note_write_error(self, exc: OSError) -> None:
         """Said once per spell of failing writes (when it can be written): the watching goes on."""
@@ -266,7 +266,7 @@ class Watchdog:
     def run(self) -> int:
         if self.restarts:
             self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
-        self.heartbeat.beat(force=True)
+        self.duty(Heartbeat).beat(force=True)
         ready: List[int] = []
         while True:
             got = self.read_log()
@@ -292,7 +292,7 @@ class Watchdog:
 
     def wait_for(self) -> float:
         """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
-        left = self.heartbeat.next_at - time.time()
+        left = self.duty(Heartbeat).next_at - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["DETECTORS", "DetectorSpec", "Key", "NO_BASELINE", "Plot", "Chosen", "by_key", "rules", "notes",
+__all__ = ["DETECTORS", "DetectorSpec", "Key", "NO_BASELINE", "Plot", "DetectorSettings", "by_key", "rules", "notes",
            "restartable"]
 
 #: What a key's value is (the playbook loader's reader for it, gpuops/config/watch.py):
@@ -116,7 +116,7 @@ def _camel(key: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Chosen:
+class DetectorSettings:
     """The detectors of one playbook or run: each one's settings (None: off), in the list's order."""
 
     settings: Tuple[Tuple[str, Any], ...]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import protocol as p
-from .detector_list import DETECTORS, Chosen
+from .detector_list import DETECTORS, DetectorSettings
 from .records import read_json
 from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
 
@@ -113,7 +113,7 @@ class WatchConfig:
     rules: Tuple[Rule, ...] = ()
     stall: Stall = Stall()
     sample_interval: float = SAMPLE_INTERVAL
-    detectors: Chosen = Chosen(())
+    detectors: DetectorSettings = DetectorSettings(())
     recompiles: bool = False
     env: Dict[str, str] = field(default_factory=dict)
     secrets: Tuple[str, ...] = ()
@@ -214,16 +214,16 @@ def parse(raw: Dict[str, Any]) -> WatchConfig:
     )
 
 
-def detectors(raw: Dict[str, Any]) -> Chosen:
+def detectors(raw: Dict[str, Any]) -> DetectorSettings:
     """Each detector's section (absent or null: off), its missing keys filled from its spec's defaults."""
-    chosen = []
+    found = []
     for spec in DETECTORS:
         section = raw.get(spec.key)
         settings = None
         if isinstance(section, dict):
             settings = spec.settings(**{k.name: section.get(k.name, k.default) for k in spec.keys})
-        chosen.append((spec.key, settings))
-    return Chosen(tuple(chosen))
+        found.append((spec.key, settings))
+    return DetectorSettings(tuple(found))
 
 
 def _restart(section: Any) -> Optional[Restart]:
