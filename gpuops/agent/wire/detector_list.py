@@ -96,11 +96,6 @@ class DetectorSpec:
     def key_of(self, name: str) -> Key:
         return next(k for k in self.keys if k.name == name)
 
-    @property
-    def action(self) -> str:
-        """Its default action."""
-        return str(self.key_of("action").default)
-
     def defaults(self, env: Optional[Dict[str, str]] = None) -> Any:
         """Its settings when the playbook gives none (env: the playbook's, for keys read from it)."""
         given = {k.name: (env or {}).get(k.env) for k in self.keys if k.env and (env or {}).get(k.env)}

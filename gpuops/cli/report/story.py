@@ -137,7 +137,7 @@ def charts(rec: dict[str, Any]) -> list[Chart]:
              "memory": (per_gpu(0), mem_levels, lambda v: f"{v:,.0f}")}
     plots = [d.plot for d in DETECTORS if d.plot is not None and d.plot.series in drawn]
     return [Chart(plot.title, plot.unit, drawn[plot.series][0], levels=drawn[plot.series][1], fmt=drawn[plot.series][2],
-                  **({"empty": plot.empty} if plot.empty else {}), **common) for plot in plots] + [
+                  empty=plot.empty or Chart.empty, **common) for plot in plots] + [
         Chart("GPU utilisation", "%", per_gpu(1), y_max=100.0, fmt=lambda v: f"{v:.0f}", **common),
     ]
 
