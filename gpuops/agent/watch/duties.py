@@ -28,6 +28,8 @@ CLAIMS_EVERY = 0.25
 class Pass:
     """One pass of the loop: its clocks, whether the read reached the log's end, what woke the wait."""
 
+    __slots__ = ("wd", "now", "mono", "at_end", "ready", "_look")
+
     def __init__(self, wd: "Watchdog", now: float, mono: float, at_end: bool, ready: bool) -> None:
         self.wd, self.now, self.mono, self.at_end, self.ready = wd, now, mono, at_end, ready
         self._look: Optional[bool] = None

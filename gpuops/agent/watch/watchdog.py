@@ -87,11 +87,12 @@ class Watchdog:
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
         self.over = False  # the attempt ended: finish() runs
         self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
-        self.duties = [duty(self) for duty in DUTIES]  # what each pass of run() does, when due (duties.py)
+        #: What each pass of run() offers itself to, in order; each runs when due (duties.py).
+        self.duties: Dict[type, Duty] = {kind: kind(self) for kind in DUTIES}
 
     def duty(self, kind: Type[D]) -> D:
         """The watchdog's duty of this class."""
-        return next(d for d in self.duties if isinstance(d, kind))
+        return self.duties[kind]  # type: ignore[return-value]
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
@@ -276,7 +277,7 @@ class Watchdog:
             # that lands after the read is an event the wait returns for at once).
             at_end = got < READ
             w = Pass(self, time.time(), time.monotonic(), at_end, bool(ready))
-            for duty in self.duties:
+            for duty in self.duties.values():
                 duty(w)
             if w.look and not os.path.isdir(self.d):  # the run's records were deleted: nothing to write to
                 return 0
