@@ -267,10 +267,10 @@ def test_ended_says_why_the_restart_it_waited_for_never_ran_and_a_line_is_printa
     held = "the GPUs did not drain after attempt 1 ended (GPU 5 held by pids [4242])"
     (d / "attempt.json").write_text(json.dumps({"attempt": 2, "max_attempts": 3, "state": "running",
                                                 "start_failed": held}))
-    ended = payload.build(str(d), {"restart": {"max": 2}}, "ended", {})
+    ended = payload.build(str(d), parse({"restart": {"max": 2}}), "ended", {})
     validate(ended)
     assert ended["restart_failed"] == "attempt 2 could not start: " + held and held in ended["text"], ended
-    warned = payload.build(str(d), {}, "warned", {"rule": "loss-nan", "action": "warn",
+    warned = payload.build(str(d), parse({}), "warned", {"rule": "loss-nan", "action": "warn",
                                                   "line": "loss \x00 nan\x1b]0;owned\x07"})
     assert "loss \\x00 nan\\x1b]0;owned\\x07" in warned["text"], warned["text"]
 
