@@ -43,7 +43,7 @@ def notify_test(play: Play) -> Iterator[Event | Outcome]:
     for i, channel in enumerate(pb.notify, 1):
         answer = next((a for a in answers if a.get("channel") == i), None)
         if answer is None:
-            answer = {"ok": False, "channel": i, "via": "command" if channel.command else "webhook",
+            answer = {"ok": False, "channel": i, "via": channel.kind,
                       "reason": "the target's notify-test said nothing of this channel"}
         fields = {k: answer[k] for k in ("channel", "via", "status", "exit", "reason", "seconds", "output") if k in answer}
         ok = bool(answer.get("ok"))
