@@ -68,7 +68,8 @@ class ChannelSpec:
             raise ValueError("channel kind %r: one url key at most (its `secret` says whether it is one)" % self.kind)
         hidden = {k.name for k in self.keys if k.kind == "url" or k.secret}  # no repr shows a secret one
         fields: List[Any] = [(self.kind, Any, dataclasses.field(repr=self.kind not in hidden))]
-        fields += [(k.name, Any, dataclasses.field(default=k.default, repr=k.name not in hidden)) for k in self.keys[1:]]
+        fields += [(k.name, Any, dataclasses.field(default=k.default, repr=k.name not in hidden))
+                   for k in self.keys[1:]]
         if self.url_key is not None:
             fields.append(("secret", bool, dataclasses.field(default=False)))
         cls = dataclasses.make_dataclass(_camel(self.kind) + "Settings", fields, frozen=True)
