@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Tuple
 
 from ..run import restart as restarts
 from ..run.abort import claimer_dead, finish_orphan
@@ -19,10 +19,57 @@ from ..wire.records import read_json, write_state
 from .logfile import last_line
 
 if TYPE_CHECKING:
-    from .watchdog import Watchdog
+    import threading
+
+    from ..detect.quiet_failures import Quiet as QuietFailures
+    from ..run.liveness import Liveness
+    from ..system.wake import Waker
+    from ..wire.masking import Masker
+    from ..wire.signatures.matcher import Matcher
+    from ..wire.stall import StallClock
+    from ..wire.watchfile import WatchConfig
+    from .heartbeat import EventLog, Pulse
 
 #: While the log streams, the records are looked at this often (at the log's end: when a wake says so).
 CLAIMS_EVERY = 0.25
+
+
+class Watched(Protocol):
+    """What the duties see of the watchdog (watchdog.Watchdog): its run, clocks and records, and what it does."""
+
+    d: str
+    cfg: WatchConfig
+    status: str  # watching | aborting | ...
+    started: float
+    offset: int
+    safe: Tuple[int, int]
+    inode: int
+    session_seen: bool
+    restarts: int
+    attempt: Dict[str, Any]
+    over: bool
+    write_failing: bool
+    state_path: str
+    retry_abort: Optional[Tuple[str, Dict[str, Any]]]
+    aborter: Optional[threading.Thread]
+    masker: Masker
+    matcher: Matcher
+    stall: StallClock
+    quiet: QuietFailures
+    events: EventLog
+    pulse: Pulse
+    waker: Waker
+    live: Liveness
+
+    def abort(self, reason: str, **why: Any) -> None: ...
+
+    def start_aborter(self, sequence: Callable[[], Any], name: Optional[str] = None) -> None: ...
+
+    def seen_claim(self, record: Dict[str, Any]) -> None: ...
+
+    def on_finding(self, f: Any) -> None: ...
+
+    def note_write_error(self, exc: OSError) -> None: ...
 
 
 class Pass:
@@ -30,7 +77,7 @@ class Pass:
 
     __slots__ = ("wd", "now", "mono", "at_end", "ready", "_look")
 
-    def __init__(self, wd: "Watchdog", now: float, mono: float, at_end: bool, ready: bool) -> None:
+    def __init__(self, wd: Watched, now: float, mono: float, at_end: bool, ready: bool) -> None:
         self.wd, self.now, self.mono, self.at_end, self.ready = wd, now, mono, at_end, ready
         self._look: Optional[bool] = None
 
@@ -50,7 +97,7 @@ class Duty:
 
     interval = 0.0
 
-    def __init__(self, wd: "Watchdog") -> None:
+    def __init__(self, wd: Watched) -> None:
         self.wd = wd
         self.next_at = 0.0
 
@@ -69,7 +116,7 @@ class Duty:
 class Stall(Duty):
     """The stall clock, every pass: silent too long, the run is stopped (said once per silence)."""
 
-    def __init__(self, wd: "Watchdog") -> None:
+    def __init__(self, wd: Watched) -> None:
         super().__init__(wd)
         self.said = False
 
