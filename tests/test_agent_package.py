@@ -105,7 +105,7 @@ def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
     """A marker is spelled in protocol.py and printed by a tool: one home for the wire protocol."""
     import re
 
-    from gpuops.agent.wire import protocol
+    from gpuops.agent.wire import marks
 
     printed: set[str] = set()
     for path in sorted((REPO / "gpuops").rglob("*")):
@@ -114,7 +114,7 @@ def test_every_marker_the_tools_print_is_one_the_protocol_knows() -> None:
             for key in re.findall(r"""\bmark\(\s*["']([a-z_-]+)["']""", path.read_text()):
                 printed.add(key)
     assert printed, "no marker found: the pattern is wrong"
-    assert printed - protocol.MARKS == set()
+    assert printed - marks.MARKS == set()
     assert "need-lib" in printed and "locked-ok" in printed and "survivors" in printed
 
 
@@ -198,7 +198,7 @@ _WIRE = {"protocol.py", "marks.py", "frames.py"}
 
 def test_markers_are_parsed_only_by_the_protocol() -> None:
     """Each tool's reply has one parser beside its markers: no other module splits marker lines or
-    spells the marker prefix by hand (printing one goes through protocol.mark)."""
+    spells the marker prefix by hand (printing one goes through marks.mark)."""
     found = []
     for path in sorted((REPO / "gpuops").rglob("*.py")):
         if path.name in _WIRE and path.parent.name == "wire":

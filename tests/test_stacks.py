@@ -206,7 +206,7 @@ def test_watch_stacks_and_restart_command_keys(tmp_path: Path) -> None:
 
 
 def test_the_stacks_tools_answer_is_read_by_the_protocol() -> None:
-    from gpuops.agent.wire.protocol import mark, parse_stacks
+    from gpuops.agent.wire.marks import mark, parse_stacks
 
     line = mark("stacks", json.dumps({"pid": 7, "file": "stacks/7.txt", "threads": 2, "via": "py-spy", "text": PYSPY}))
     assert parse_stacks("noise\n" + line + "\n") == [{"pid": 7, "file": "stacks/7.txt", "threads": 2, "via": "py-spy",

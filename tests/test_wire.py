@@ -16,6 +16,7 @@ import pytest
 
 from bench.fakes import FakeProxmox, make_root
 from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire import marks
 from gpuops.transport.base import Result
 from gpuops.transport.pct import parse_pct_exec, parse_pct_status
 
@@ -63,7 +64,7 @@ def test_probe_reply_carries_gpus_tools_and_each_record_of_the_run(fake: FakePro
                       p.ABORT: json.dumps({"reason": "stall"}), p.LOG: "hello\n"})
     done = tool(fake, "bash", str(SH / "probe.sh"), "train", "other")
     assert done.returncode == 0, done.stderr
-    reply = p.parse_probe(done.stdout)
+    reply = marks.parse_probe(done.stdout)
     assert reply.smi and reply.gpus_rc == 0 and reply.apps_rc == 0
     assert len(reply.gpus_text.splitlines()) == 2  # one CSV row a GPU of the container
     assert reply.tmux and reply.python is not None and len(reply.python) == 3  # the target's python3
@@ -80,7 +81,7 @@ def test_probe_without_nvidia_smi_says_so(fake: FakeProxmox, tmp_path: Path) -> 
     if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in env["PATH"].split(":")):
         pytest.skip("a real nvidia-smi is on /usr/bin here")
     done = subprocess.run(["bash", str(SH / "probe.sh")], env=env, capture_output=True, text=True, timeout=60)
-    assert p.parse_probe(done.stdout).smi_found is False
+    assert marks.parse_probe(done.stdout).smi_found is False
 
 
 def test_lock_reply_takes_the_lock_and_a_second_launch_is_told_who_holds_it(fake: FakeProxmox) -> None:
@@ -90,18 +91,18 @@ def test_lock_reply_takes_the_lock_and_a_second_launch_is_told_who_holds_it(fake
     try:
         out = b""
         assert first.stdout is not None
-        while p.LOCKED_OK_LINE not in out:
+        while marks.LOCKED_OK_LINE not in out:
             chunk = first.stdout.read1(4096)
             assert chunk, out
             out += chunk
-        said = p.parse_lock(out.decode())
+        said = marks.parse_lock(out.decode())
         assert not said.refused and said.stale is None
-        assert "train" in p.parse_probe(out.decode()).sessions  # the probe taken under the lock
+        assert "train" in marks.parse_probe(out.decode()).sessions  # the probe taken under the lock
         second = tool(fake, "bash", str(SH / "lock.sh"), "train", "bob@desk", "1")
-        busy = p.parse_lock(second.stdout)
+        busy = marks.parse_lock(second.stdout)
         assert busy.refused and busy.busy == "alice@laptop", second.stdout
         third = tool(fake, "bash", str(SH / "lock.sh"), "eval", "bob@desk", "0")
-        held = p.parse_lock(third.stdout)
+        held = marks.parse_lock(third.stdout)
         assert held.refused and held.gpu_held == ("0", "launch: session train: alice@laptop"), third.stdout
     finally:
         assert first.stdin is not None
@@ -115,24 +116,24 @@ def test_kill_marked_reply_lists_no_survivor_once_the_run_is_killed(fake: FakePr
     victim = subprocess.Popen(["bash", "-c", "trap '' TERM; while :; do sleep 1; done"], env=env)
     try:
         done = tool(fake, "bash", str(SH / "kill_marked.sh"), RUN_ID, "1")
-        assert p.parse_kill_marked(done.stdout) == [], done.stdout
+        assert marks.parse_kill_marked(done.stdout) == [], done.stdout
         assert victim.wait(30) == -9  # TERM ignored, so KILL it was
         again = tool(fake, "bash", str(SH / "kill_marked.sh"), RUN_ID)
-        assert (again.stdout, p.parse_kill_marked(again.stdout)) == (p.mark("killed", "0") + "\n", [])
+        assert (again.stdout, marks.parse_kill_marked(again.stdout)) == (marks.mark("killed", "0") + "\n", [])
     finally:
         victim.kill()
         victim.wait()
 
 
 def test_kill_marked_reply_names_the_survivors() -> None:
-    assert p.parse_kill_marked(p.mark("survivors", "12 345 ") + "\n") == [12, 345]
+    assert marks.parse_kill_marked(marks.mark("survivors", "12 345 ") + "\n") == [12, 345]
 
 
 def test_start_reply_says_stopped_when_gpuops_stop_came_first(fake: FakeProxmox) -> None:
     make_run(fake, **{p.WATCH: json.dumps({"session": "train"}), p.ABORT: json.dumps({"reason": "stop"})})
     done = agent(fake, "start", RUN_ID)
-    assert done.returncode == p.STOPPED_EXIT, done.stderr
-    said = p.parse_start(done.stdout)
+    assert done.returncode == marks.STOPPED_EXIT, done.stderr
+    said = marks.parse_start(done.stdout)
     assert said.stopped and not said.started and said.watchdog_failed is None
 
 
@@ -142,7 +143,7 @@ def test_abort_reply_reports_the_abort_that_was_there_first_and_its_result(fake:
     make_run(fake, **{p.ABORT: json.dumps(first), p.ABORT_DONE: json.dumps(result)})
     done = agent(fake, "abort", RUN_ID, "client", stdin=json.dumps({"reason": "stop"}))
     assert done.returncode == 0, done.stderr
-    said = p.parse_abort(done.stdout)
+    said = marks.parse_abort(done.stdout)
     assert said.claimed is None and said.already is not None and said.already["reason"] == "stall"
     assert said.done is not None and (said.done["seconds"], said.done["gpus"]) == (1.5, [{"index": 0}])
 
@@ -211,7 +212,7 @@ def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json
     d = make_run(fake, **{p.WATCH: json.dumps({"session": "gone-session", "gpus": []})})
     done = agent(fake, "abort", RUN_ID, "client", stdin=json.dumps({"reason": "stop"}))
     assert done.returncode == 0, done.stderr
-    said = p.parse_abort(done.stdout)
+    said = marks.parse_abort(done.stdout)
     assert said.claimed is not None and said.claimed["reason"] == "stop" and said.done is not None
     for name in (p.ABORT, p.ABORT_DONE):
         assert json.loads((d / name).read_text())["schema_version"] == p.SCHEMA_VERSION, name

@@ -9,7 +9,7 @@ from gpuops.agent.wire.jobwire import STORE_GONE
 
 if TYPE_CHECKING:
     from rich.console import Group
-    from gpuops.agent.wire.protocol import ProbeReply, ProbeSession
+    from gpuops.agent.wire.marks import ProbeReply, ProbeSession
     from gpuops.agent.wire.runinfo import RunInfo
     from gpuops.client.status import TargetStatus
 

@@ -7,7 +7,7 @@ from typing import Iterator
 
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 from gpuops.client.door.channels import LockChannel
-from gpuops.agent.wire.protocol import ProbeReply
+from gpuops.agent.wire.marks import ProbeReply
 from gpuops.client.events import Event
 from gpuops.client.play import Play, holder_id
 from gpuops.client.gpus import GpuCheck, check_idle

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuops.agent.wire.protocol import AbortReply
+from gpuops.agent.wire.marks import AbortReply
 from gpuops.client.play import Play
 
 __all__ = ["abort_record", "abort_run"]

@@ -18,7 +18,8 @@ from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
 from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.wire.protocol import HEARTBEAT_STALE, AbortReply, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.wire.marks import AbortReply
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.wire.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.

@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, List
 
 from ..wire import protocol as p
+from ..wire import marks
 from ..wire import watchfile
 from ..wire.channel_list import Channel, longest_try
 from ..wire.masking import Masker
@@ -166,7 +167,7 @@ def tool_notify_test(argv: List[str]) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for answer in answers:
-        print(p.mark("notified", json.dumps(answer, sort_keys=True)))
+        print(marks.mark("notified", json.dumps(answer, sort_keys=True)))
     return 0
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import SH
 from ..wire import protocol as p
+from ..wire import marks
 from ..system import tmux
 from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
 from .prepare import append_event
@@ -80,7 +81,7 @@ def reap(run_id: str, term_wait: float = 3.0) -> List[int]:
     """Kill what is left of the run (sh/kill_marked.sh); the pids that survived SIGKILL."""
     out = subprocess.run(["bash", os.path.join(SH, "kill_marked.sh"), run_id, "%g" % term_wait],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
-    return p.parse_kill_marked(out)
+    return marks.parse_kill_marked(out)
 
 
 def gpu_state(gpus: List[int]) -> Optional[Dict[int, Tuple[Optional[int], Optional[int]]]]:
@@ -379,14 +380,14 @@ def tool_abort(argv: List[str]) -> int:
             won, current = claim(d, record)
         if won:
             # A launch still warming up has no session yet: the sequence then reaps its warmup.
-            _say(p.mark("claimed", json.dumps(current, sort_keys=True)))
+            _say(marks.mark("claimed", json.dumps(current, sort_keys=True)))
             done = stop_run(d, cfg)
             break
         done = wait_or_finish(d, cfg, grace + 90.0, lambda: moved_on(d, attempt))
         if not _restarted_meanwhile(d, cfg, attempt):
-            _say(p.mark("already", json.dumps(current, sort_keys=True)))
+            _say(marks.mark("already", json.dumps(current, sort_keys=True)))
             break
-    _say(p.mark("aborted", json.dumps(done or {}, sort_keys=True)))
+    _say(marks.mark("aborted", json.dumps(done or {}, sort_keys=True)))
     return 0
 
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict
 
 from ..wire import protocol as p
+from ..wire import marks
 from ..wire import watchfile
 from ..wire.records import write_json_atomic
 
@@ -59,8 +60,8 @@ def tool_prepare(argv: list) -> int:
         prepare(run_id, spec)
     except OSError as exc:
         sys.stderr.write("cannot create the run directory %s: %s\n" % (p.run_dir(run_id), exc.strerror or exc))
-        return p.CANNOT_CREATE_EXIT
-    print(p.mark("prepared", run_id))
+        return marks.CANNOT_CREATE_EXIT
+    print(marks.mark("prepared", run_id))
     return 0
 
 
@@ -74,8 +75,8 @@ def tool_record(argv: list) -> int:
         write_json_atomic(os.path.join(p.run_dir(run_id), name), record)
     except OSError as exc:
         sys.stderr.write("cannot write %s: %s\n" % (name, exc.strerror or exc))
-        return p.CANNOT_CREATE_EXIT
-    print(p.mark("recorded", name))
+        return marks.CANNOT_CREATE_EXIT
+    print(marks.mark("recorded", name))
     return 0
 
 

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..system.procs import descendants, marked, running
 from ..wire import protocol as p
+from ..wire import marks
 from ..wire import stackfile as sf
 from ..wire.records import read_json
 
@@ -298,6 +299,6 @@ def tool_stacks(argv: List[str]) -> int:
         base = row.pop("base")
         text = _text(base, row)
         row.setdefault("threads", len(sf.parse(text)))
-        print(p.mark("stacks", json.dumps({**row, "text": text}, sort_keys=True)))
+        print(marks.mark("stacks", json.dumps({**row, "text": text}, sort_keys=True)))
     sys.stdout.flush()
     return 0

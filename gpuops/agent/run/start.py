@@ -17,6 +17,7 @@ from typing import List
 from .. import LIB
 from .. import SH
 from ..wire import protocol as p
+from ..wire import marks
 from ..system import tmux
 from ..wire import watchfile
 from ..wire.records import read_json, read_text
@@ -97,17 +98,17 @@ def main(argv: List[str]) -> int:
     d = p.run_dir(run_id)
     session = watchfile.read_or_default(d).session
     if os.path.exists(os.path.join(d, p.ABORT)):
-        print(p.mark("stopped"))
-        return p.STOPPED_EXIT
+        print(marks.mark("stopped"))
+        return marks.STOPPED_EXIT
     if tmux.alive(session):
-        print(p.mark("session-exists"))
+        print(marks.mark("session-exists"))
         return 75
     open(os.path.join(d, p.LOG), "ab").close()
     sup = start_watchdog(run_id, d)
     why = wait_ready(sup, d)
     if why:
         stop_watchdog(sup)
-        print(p.mark("watchdog-failed", why))
+        print(marks.mark("watchdog-failed", why))
         return 73
     started = start_training(run_id, d, session)
     if started.returncode != 0:
@@ -116,8 +117,8 @@ def main(argv: List[str]) -> int:
         return 71
     if os.path.exists(os.path.join(d, p.ABORT)):  # `gpuops stop` got in between: training must not go on
         tmux.kill(session)
-        print(p.mark("stopped"))
-        return p.STOPPED_EXIT
+        print(marks.mark("stopped"))
+        return marks.STOPPED_EXIT
     # Started once tmux created the session: a command that fails at once may already have ended.
-    print(p.mark("started", run_id))
+    print(marks.mark("started", run_id))
     return 0

@@ -1,20 +1,18 @@
 """The wire's markers: the lines gpuops' agent tools print, and for each tool the one parser of its reply.
 
-Imported through ``protocol`` (which re-exports every name here); the shell tools in ``sh/`` print
-these markers too, and tests/test_agent_package.py checks that each one they print is in ``MARKS``
-and that no other module reads marker lines.
+The shell tools in ``sh/`` print these markers too, and tests/test_agent_package.py checks that each one
+they print is in ``MARKS`` and that no other module reads marker lines. (The records' names and the run
+states a reply carries are ``protocol``'s; a probe's run is read into ``runinfo.RunInfo``.)
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from .runinfo import RunInfo
 from .smi import Gpu, SmiError, parse_gpus
-
-if TYPE_CHECKING:
-    from .runinfo import RunInfo
 
 # -- markers: lines the target tools print for the client to read ------------------------------
 MARK = "@@gpuops "
@@ -89,7 +87,7 @@ class ProbeSession:
     session: str
     alive: bool = False
     locked_by: Optional[str] = None
-    run: Optional["RunInfo"] = None
+    run: Optional[RunInfo] = None
 
 
 @dataclass
@@ -178,8 +176,6 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
     elif key == "locked":
         state.locked_by = value or "another gpuops launch"
     elif key == "run":
-        from .runinfo import RunInfo  # (it reads the protocol, which imports this module)
-
         state.run = RunInfo(value, state.session)
     elif state.run is None:
         return

@@ -1,9 +1,10 @@
-"""The wire protocol between gpuops and its target: paths, record names, markers and frames.
+"""The wire protocol between gpuops and its target: paths, record names, states, phases and frames.
 
 Both sides import this module (the client as ``gpuops.agent.wire.protocol``, the target as
-``gpuops_agent.protocol``), so a marker or a frame is spelled and parsed in one place.
-The shell tools in ``sh/`` print markers too; tests/test_agent_package.py checks that every
-marker they print is one of ``MARKS``.
+``gpuops_agent.wire.protocol``), so a record or a frame is spelled and parsed in one place. The marker
+lines each tool prints and each reply's type and parser are in ``marks.py``, beside one another; the
+shell tools in ``sh/`` print markers too, and tests/test_agent_package.py checks that every marker
+they print is one of ``marks.MARKS``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ from .frames import (  # noqa: F401  (the wire's names, one import for both side
     FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Data, Ended, Frame,
     FrameReader, Heartbeat, Reset, WatchdogEvent, data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame,
     truncated_frame,
-)
-from .marks import (  # noqa: F401
-    CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
-    LockReply, ProbeReply, ProbeSession, StartReply, mark, marks, parse_abort, parse_kill_marked,
-    parse_lock, parse_notify_test, parse_probe, parse_stacks, parse_start, said_need_lib,
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuops.command import Cmd, Script, Word
 from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire import marks
 
 _SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "agent")
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed, so the same files make the same bytes
@@ -69,7 +70,7 @@ class ToolCmd(Cmd):
 
 
 def _boot(b: Bundle) -> list[str]:
-    return [f"L={b.lib}", f'[ -d "$L" ] || {{ echo "{p.mark("need-lib")}"; exit {p.NEED_LIB_EXIT}; }}']
+    return [f"L={b.lib}", f'[ -d "$L" ] || {{ echo "{marks.mark("need-lib")}"; exit {marks.NEED_LIB_EXIT}; }}']
 
 
 def python_tool(tool: str, *args: Word) -> Cmd:
@@ -90,10 +91,10 @@ def install_command() -> Cmd:
     script = Script(
         f"L={b.lib}",
         '[ -d "$L" ] && exit 0',
-        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit {p.CANNOT_CREATE_EXIT}',
-        f'T=$(mktemp -d "$L.tmp.XXXXXX") || exit {p.CANNOT_CREATE_EXIT}',
+        f'mkdir -p "$HOME/{p.STATE_DIR}/{p.LIB}" || exit {marks.CANNOT_CREATE_EXIT}',
+        f'T=$(mktemp -d "$L.tmp.XXXXXX") || exit {marks.CANNOT_CREATE_EXIT}',
         'if ! { cat >"$T.zip" && python3 -E -s -m zipfile -e "$T.zip" "$T"; }; then rm -rf "$T" "$T.zip"; '
-        f'exit {p.UNPACK_FAILED_EXIT}; fi',
+        f'exit {marks.UNPACK_FAILED_EXIT}; fi',
         'rm -f "$T.zip"',
         '[ -d "$L" ] || mv "$T" "$L"',
         'rm -rf "$T"',
@@ -115,7 +116,7 @@ def with_install(cmd: Cmd) -> Cmd:
 
 def needs_lib(result: Any) -> bool:
     """Whether a tool's result says the shipped copy is missing."""
-    return p.said_need_lib(result.out, result.exit_code)
+    return marks.said_need_lib(result.out, result.exit_code)
 
 
 def install(transport: Any, *, timeout: float, label: str, mask: Any = None) -> None:
@@ -134,7 +135,7 @@ def check_installed(result: Any, *, label: str, mask: Any = None, after: bool = 
     if not after and result.exit_code == 0:
         return
     err = "\n".join(line for line in (result.err + "\n" + result.out).splitlines()
-                    if p.mark("need-lib") not in line).strip() if after else result.err.strip()
+                    if marks.mark("need-lib") not in line).strip() if after else result.err.strip()
     if "python3" in err and ("not found" in err or "No such file" in err):
         raise TargetNotReady(f"{label}: python3 is not installed on the target (gpuops' watchdog and tools run there)",
                              hint="install python3 there (apt-get install python3)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 
 from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire import marks
 from gpuops.errors import RemoteError, TargetNotReady
 from gpuops.transport.base import Stream, Transport
 
@@ -20,25 +21,25 @@ class LockChannel:
         self._transport = transport
         self._label = label
 
-    def wait_locked(self, timeout: float) -> p.LockReply:
+    def wait_locked(self, timeout: float) -> marks.LockReply:
         """lock.sh's verdict (with the probe taken under the locks), once it holds them or refused; raise when it
         could not take them at all."""
-        return p.parse_lock(self._read_until_locked(timeout))
+        return marks.parse_lock(self._read_until_locked(timeout))
 
     def _read_until_locked(self, timeout: float) -> str:
         assert self._stream is not None
         buf = b""
-        while p.LOCKED_OK_LINE not in buf:
+        while marks.LOCKED_OK_LINE not in buf:
             chunk = self._stream.read(timeout)
             if chunk is None or chunk == b"":
                 code = self._stream.wait(5.0)
                 self.close()
                 text = buf.decode("utf-8", "replace")
-                if p.parse_lock(text).refused:
+                if marks.parse_lock(text).refused:
                     return text
                 if self._transport.container is not None:
                     self._transport.container.raise_for_container(text)
-                if code == p.CANNOT_CREATE_EXIT:  # no run could be recorded there
+                if code == marks.CANNOT_CREATE_EXIT:  # no run could be recorded there
                     raise TargetNotReady(f"{self._label}: cannot create gpuops' folders under ~/.gpuops on the "
                                          f"target: {text.strip()[-300:]}", hint="the target user's home must be writable")
                 raise RemoteError(

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 from gpuops.agent.wire import protocol as p
+from gpuops.agent.wire import marks
 from gpuops.agent.wire.smi import SmiError, parse_sample
 from gpuops.client.door import commands
 from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
@@ -87,14 +88,14 @@ class Door:
                               f"{self._said(result.err.strip())[-400:]}")
 
     # -- the tools ----------------------------------------------------------------------------------------
-    def probe(self, sessions: tuple[str, ...] | None = None) -> p.ProbeReply:
+    def probe(self, sessions: tuple[str, ...] | None = None) -> marks.ProbeReply:
         """Clock, GPUs, tools and the sessions' runs (probe.sh); ContainerNotRunning for a container that is down."""
         result = self._run(commands.probe(sessions))
         if result.exit_code != 0 and self.transport.container is not None:
             self.transport.container.raise_for_container(result.err)
-        return p.parse_probe(result.out)
+        return marks.parse_probe(result.out)
 
-    def probe_with_state(self, sessions: tuple[str, ...] | None) -> tuple[p.ProbeReply | None, str | None]:
+    def probe_with_state(self, sessions: tuple[str, ...] | None) -> tuple[marks.ProbeReply | None, str | None]:
         """The probe with GPU samples, and a container's state in the same round trip (None on a host);
         where gpuops' files are missing, copied and run again in one more. No probe when the container is down."""
         cmd = commands.probe(sessions, samples=True, python=False)
@@ -108,7 +109,7 @@ class Door:
         if needs_lib(result):
             result, state = run(with_install(cmd), timeout=max(self.timeout, 60.0), stdin=bundle().zip)
             check_installed(result, label=self.label, after=True)
-        return (p.parse_probe(result.out) if state in (None, "running") else None), state
+        return (marks.parse_probe(result.out) if state in (None, "running") else None), state
 
     def lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> LockChannel:
         """The launch lock of the session and its GPUs (lock.sh), held open: wait_locked() reads its verdict."""
@@ -121,7 +122,7 @@ class Door:
     def prepare(self, run_id: str, spec: bytes) -> None:
         """The run directory, from one JSON document on stdin (env values of any size)."""
         result = self._run(commands.prepare(run_id), stdin=spec)
-        if result.exit_code == p.CANNOT_CREATE_EXIT:
+        if result.exit_code == marks.CANNOT_CREATE_EXIT:
             raise TargetNotReady(f"{self.label}: {self._said(result.err.strip())[-300:]}",
                                  hint="the run directory lives under ~/.gpuops in the target user's home: make it writable")
         self._check(result, "create the run directory")
@@ -130,10 +131,10 @@ class Door:
         """Rewrite one JSON record of the run."""
         self._run(commands.record(run_id, name), stdin=dumps(record).encode())
 
-    def start(self, run_id: str, session: str) -> p.StartReply:
+    def start(self, run_id: str, session: str) -> marks.StartReply:
         """The watchdog starts and answers; then training starts in tmux. Raises when it did not start."""
         result = self._run(commands.start(run_id), timeout=max(self.timeout, 90.0))
-        said = p.parse_start(result.out)
+        said = marks.parse_start(result.out)
         if said.stopped:
             raise RunStopped(f"{self.label}: the launch was stopped by `gpuops stop` before training started")
         if said.session_exists:
@@ -148,11 +149,11 @@ class Door:
                               f"{self._said(result.err.strip())[-400:]}")
         return said
 
-    def abort(self, run_id: str, by: str, record: dict[str, Any], *, timeout: float) -> p.AbortReply:
+    def abort(self, run_id: str, by: str, record: dict[str, Any], *, timeout: float) -> marks.AbortReply:
         """The one abort sequence, repeated through reconnects until it reports the end: who won the claim,
         what was left."""
         result = self._persistently(commands.abort(run_id, by), timeout=timeout, stdin=json.dumps(record).encode())
-        return p.parse_abort(result.out, {**record, "by": by})
+        return marks.parse_abort(result.out, {**record, "by": by})
 
     def kill_marked(self, run_id: str, *, persistent: bool = True, budget: float = ABORT_PERSISTENCE) -> list[int]:
         """Kill every process of the run that is left; the pids that survived SIGKILL. `persistent` keeps
@@ -160,7 +161,7 @@ class Door:
         cmd, timeout = commands.kill_marked(run_id), max(self.timeout, 30.0)
         result = (self._persistently(cmd, timeout=timeout, budget=budget) if persistent
                   else self._run(cmd, timeout=timeout))
-        return p.parse_kill_marked(result.out)
+        return marks.parse_kill_marked(result.out)
 
     def warmup(self, run_id: str, gpu: int, command: str) -> WarmupChannel:
         """One GPU's warmup (warmup.sh), running."""
@@ -199,7 +200,7 @@ class Door:
         if result.exit_code != 0:
             raise GpuopsError(f"{self.label}: could not read the stacks of run {run_id} (exit {result.exit_code}): "
                               f"{self._said(result.err.strip()[-300:])}")
-        return [{**row, "text": self._said(str(row.get("text") or ""))} for row in p.parse_stacks(result.out)]
+        return [{**row, "text": self._said(str(row.get("text") or ""))} for row in marks.parse_stacks(result.out)]
 
     def report(self, run_id: str | None, session: str) -> dict[str, Any]:
         """One run's records, samples, events and stacks for its report (run_id None: the session's current
@@ -236,7 +237,7 @@ class Door:
         finally:
             stream.close()
         text = out.decode("utf-8", "replace")
-        answers = p.parse_notify_test(text)
+        answers = marks.parse_notify_test(text)
         if not answers:
             if self.transport.container is not None:
                 self.transport.container.raise_for_container(text)
