@@ -146,7 +146,7 @@ def interrupted_launch() -> Result:
 
 
 def control_bytes() -> Result:
-    from gpuops.cli.render import TextRenderer
+    from gpuops.cli.renderers.render import TextRenderer
 
     err = io.StringIO()
     with redirect_stderr(err):

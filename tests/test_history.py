@@ -1,4 +1,4 @@
-"""`gpuops runs` as the target works it out (agent/history.py) and as the CLI prints it (cli/runs_cmd.py)."""
+"""`gpuops runs` as the target works it out (agent/history.py) and as the CLI prints it (cli/commands/runs_cmd.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.run.history import runs
-from gpuops.cli.runs_cmd import table
+from gpuops.cli.commands.runs_cmd import table
 
 
 def make_run(home: Path, run_id: str, playbook: str, **meta: object) -> Path:

@@ -317,7 +317,7 @@ def test_detach_skips_training_and_logs_follow_reports_the_run(ct: CtCli, tmp_pa
 
 def test_sigterm_before_the_command_got_going_reports_terminated_not_interrupted(tmp_path: Path) -> None:
     # A CI cancel can land while files still load: the report must say what the exit code says (143).
-    from gpuops.cli.junit import Report
+    from gpuops.cli.reports.junit import Report
     from gpuops.cli.signals import Terminated
 
     path = tmp_path / "report.xml"
@@ -337,7 +337,7 @@ def test_every_verdict_validates_against_the_junit_xsd_and_the_root_has_no_skipp
 
     import xmlschema
 
-    from gpuops.cli import junit
+    from gpuops.cli.reports import junit
 
     suite = junit.Suite("ct200", "demo", (5,), "pve1", lambda text: text, time.time())
     suite.cases["preflight"].finish("passed", time.time())

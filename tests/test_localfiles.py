@@ -227,13 +227,13 @@ def test_a_crash_whose_file_cannot_be_written_is_still_one_line(tmp_path: Path, 
 
 
 def _junit(path: str) -> None:
-    from gpuops.cli.junit import write
+    from gpuops.cli.reports.junit import write
 
     write(path, "launch", [])
 
 
 def _page(path: str) -> None:
-    from gpuops.cli.report.page import write
+    from gpuops.cli.reports.html.page import write
 
     write(path, "<!DOCTYPE html><html><body>report</body></html>\n")
 

@@ -20,7 +20,7 @@ from bench.playbooks import playbook_error, write_playbook
 from gpuops.agent.notify import deliver, outbox, payload, sender, webhook
 from gpuops.agent.wire.masking import Masker
 from gpuops.agent.wire.watchfile import channel, parse
-from gpuops.cli.json_schema import schema
+from gpuops.cli.renderers.json_schema import schema
 from gpuops.config import load_playbook
 
 HEAD = "launch: {session: s, command: train}\n"

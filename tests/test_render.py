@@ -1,4 +1,4 @@
-"""What the text renderer (cli/render.py) puts on a terminal: gpuops' own words never carry the log's control bytes."""
+"""What the text renderer (cli/renderers/render.py) puts on a terminal: gpuops' own words never carry the log's control bytes."""
 
 from __future__ import annotations
 

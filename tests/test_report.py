@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpuops.cli.report.writer import build
+from gpuops.cli.reports.html.writer import build
 
 T = 1_796_300_000.0
 SECRET = "hf_s3cr3t-report-0042"

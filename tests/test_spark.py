@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from gpuops.cli.spark import BLOCKS, memory_series, shape, sparkline
+from gpuops.cli.renderers.spark import BLOCKS, memory_series, shape, sparkline
 from gpuops.agent.wire.samples import parse_lines
 
 

@@ -1,4 +1,4 @@
-"""`gpuops status` over several targets shows each as soon as it is read (cli/status_cmd.py)."""
+"""`gpuops status` over several targets shows each as soon as it is read (cli/commands/status_cmd.py)."""
 
 from __future__ import annotations
 

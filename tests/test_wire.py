@@ -245,7 +245,7 @@ def test_watch_json_defaults_are_spelled_once() -> None:
 def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:
     import io
 
-    from gpuops.cli.render import JsonRenderer
+    from gpuops.cli.renderers.render import JsonRenderer
     from gpuops.client.events import Event, Outcome
 
     out = io.StringIO()

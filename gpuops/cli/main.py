@@ -30,7 +30,7 @@ class Gpuops(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         import sys
 
-        from gpuops.cli.errors_view import show_click_error
+        from gpuops.cli.renderers.errors_view import show_click_error
 
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
@@ -59,7 +59,7 @@ def main(quiet: bool) -> None:
     130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. Over several targets: the worst,
     143 > 129 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
     """
-    from gpuops.cli import style as looks
+    from gpuops.cli.renderers import style as looks
 
     looks.QUIET = quiet
 
@@ -80,9 +80,10 @@ def main(quiet: bool) -> None:
 def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, stop_on_exit, junit, html, as_json,
            verbose) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
-    from gpuops.cli.junit import Report
-    from gpuops.cli.launch_cmd import run_launch
-    from gpuops.cli.report.writer import HtmlReport, Reports
+    from gpuops.cli.commands.launch_cmd import run_launch
+    from gpuops.cli.reports.both import Reports
+    from gpuops.cli.reports.html.writer import HtmlReport
+    from gpuops.cli.reports.junit import Report
 
     for flag, given in (("--junit", junit), ("--report", html)):
         if given and dry_run:
@@ -109,7 +110,7 @@ def _one(targets: tuple[str, ...]) -> str | None:
 def status(inventory, playbook, targets, every, refresh_every, as_json, verbose) -> int:
     """Reachability, container state, GPUs (memory over the last minutes), tmux session, current run and its
     watchdog of each target."""
-    from gpuops.cli.status_cmd import run_status
+    from gpuops.cli.commands.status_cmd import run_status
 
     return run_status(inventory, playbook, targets, refresh_every=refresh_every, as_json=as_json, verbose=verbose,
                       every=every)
@@ -123,7 +124,7 @@ def status(inventory, playbook, targets, every, refresh_every, as_json, verbose)
 def runs(inventory, playbook, targets, every, limit, as_json) -> int:
     """The run history of each target, newest first: outcome, exit code, rule, warmup, steady throughput and GPU
     memory (with -p: that playbook's runs only)."""
-    from gpuops.cli.runs_cmd import run_runs
+    from gpuops.cli.commands.runs_cmd import run_runs
 
     return run_runs(inventory, playbook, targets, every=every, limit=limit, as_json=as_json)
 
@@ -146,15 +147,16 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_abort, timeout, stacks, junit, html,
          as_json, verbose) -> int:
     """Print the current run's log (or run RUN's) as it is; --follow streams it and watches it."""
-    from gpuops.cli.junit import Report
-    from gpuops.cli.logs_cmd import run_logs
-    from gpuops.cli.report.writer import HtmlReport, Reports
+    from gpuops.cli.commands.logs_cmd import run_logs
+    from gpuops.cli.reports.both import Reports
+    from gpuops.cli.reports.html.writer import HtmlReport
+    from gpuops.cli.reports.junit import Report
 
     run_id = _run_given(run_arg, run_id)
     if stacks:
         if follow or junit or tail is not None:
             raise click.UsageError("--stacks prints the recorded stacks; it does not go with --follow, --tail or --junit")
-        from gpuops.cli.stacks_cmd import run_stacks
+        from gpuops.cli.commands.stacks_cmd import run_stacks
 
         return run_stacks(inventory, playbook, targets, every=every, run_id=run_id, recorded=True, as_json=as_json,
                           verbose=verbose)
@@ -183,7 +185,7 @@ def _run_given(arg: str | None, option: str | None) -> str | None:
 def stacks(inventory, playbook, targets, every, run_id, as_json, verbose) -> int:
     """Every thread's stack of each Python process of the live run, now (py-spy or faulthandler); the run goes
     on. RUN: the current run's id, checked."""
-    from gpuops.cli.stacks_cmd import run_stacks
+    from gpuops.cli.commands.stacks_cmd import run_stacks
 
     return run_stacks(inventory, playbook, targets, every=every, run_id=run_id, recorded=False, as_json=as_json,
                       verbose=verbose)
@@ -195,7 +197,7 @@ def stacks(inventory, playbook, targets, every, run_id, as_json, verbose) -> int
 @boundary
 def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
     """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
-    from gpuops.cli.stop_cmd import run_stop
+    from gpuops.cli.commands.stop_cmd import run_stop
 
     return run_stop(inventory, playbook, targets, every=every, as_json=as_json, verbose=verbose)
 
@@ -206,7 +208,7 @@ def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
 def notify_test(inventory, playbook, targets, as_json, verbose) -> int:
     """Send a test notification through every `notify:` channel of the playbook, from the target; print what each
     answered (exit 9 when any failed)."""
-    from gpuops.cli.notify_cmd import run_notify_test
+    from gpuops.cli.commands.notify_cmd import run_notify_test
 
     return run_notify_test(inventory, playbook, targets, as_json=as_json, verbose=verbose)
 
@@ -216,7 +218,7 @@ def notify_test(inventory, playbook, targets, as_json, verbose) -> int:
 @boundary
 def validate(inventory, playbook, target, as_json) -> int:
     """Check inventory and playbook files; exit 2 with FILE:LINE:COL on a bad one."""
-    from gpuops.cli.validate_cmd import run_validate
+    from gpuops.cli.commands.validate_cmd import run_validate
 
     return run_validate(inventory, playbook, target, as_json=as_json)
 
@@ -230,7 +232,7 @@ def validate(inventory, playbook, target, as_json) -> int:
 def report(inventory, playbook, target, run_id, output, as_json, verbose) -> int:
     """Write a run's report (default: the session's current run): one self-contained HTML file with its summary
     and plots of throughput, GPU memory and utilisation over its time, marked with warmups, matches, aborts, restarts."""
-    from gpuops.cli.report_cmd import run_report
+    from gpuops.cli.commands.report_cmd import run_report
 
     return run_report(inventory, playbook, target, run_id=run_id, output=output, as_json=as_json, verbose=verbose)
 
@@ -240,7 +242,7 @@ def schema() -> None:
     """Print the JSON Schema (draft 2020-12) every object of every --json output validates against."""
     import json
 
-    from gpuops.cli.json_schema import schema as build
+    from gpuops.cli.renderers.json_schema import schema as build
 
     click.echo(json.dumps(build(), indent=2))
 

@@ -26,7 +26,7 @@ verbose_option = click.option("-v", "--verbose", is_flag=True, help="Say more.")
 
 def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        from gpuops.cli import style as looks
+        from gpuops.cli.renderers import style as looks
 
         looks.QUIET = True
 
@@ -110,7 +110,7 @@ def _say_connect_retries() -> None:
     logs it, and a person waiting 30 s for a host that is down sees why."""
     import logging
 
-    from gpuops.cli import style
+    from gpuops.cli.renderers import style
 
     log = logging.getLogger("gpuops.transport.connect")
     if style.QUIET or any(getattr(h, "gpuops", False) for h in log.handlers):
@@ -195,10 +195,10 @@ def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: 
 
 def _report(as_json: bool, code: int, outcome: str, message: str, hint: str | None, exc: Any) -> None:
     if as_json:
-        from gpuops.cli.render import JsonRenderer
+        from gpuops.cli.renderers.render import JsonRenderer
 
         JsonRenderer().outcome(error_outcome(code, outcome, message, hint, exc), getattr(exc, "target", None))
         return
-    from gpuops.cli.errors_view import show_error
+    from gpuops.cli.renderers.errors_view import show_error
 
     show_error(message, hint, exc)

@@ -1,15 +1,14 @@
 """The parts the CLI's pieces play for each other, as types: a Render (what a command's events and outcome are
-shown through: the terminal's renderer, a worker's relay, a report's tee) and a Report (what wraps a render
-to record it: --junit, --report, or neither). Named here so the commands, the flows and the fan-out say what
-they pass, where each took `Any`."""
+shown through: the terminal's renderer, a worker's relay, a report's tee), a Report (what wraps a render
+to record it: --junit, --report, or neither) and what a Report keeps of one target (a TargetRecord). Named
+here so the commands, the flows and the fan-out say what they pass, where each took `Any`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, Union
 
 if TYPE_CHECKING:
-    from gpuops.cli.junit import Suite
-    from gpuops.cli.render import JsonRenderer, TextRenderer
+    from gpuops.cli.renderers.render import JsonRenderer, TextRenderer
     from gpuops.client.events import Event, Outcome
     from gpuops.client.play import Play
 
@@ -25,6 +24,13 @@ class Render(Protocol):
     def outcome(self, out: Outcome, target: str | None = None) -> None: ...
 
 
+class TargetRecord(Protocol):
+    """What a Report keeps of one target (--junit: its testsuite, reports/junit.py's Suite)."""
+
+    def error(self, exc: BaseException, code: int) -> None:
+        """The error that ended the target's work, with the exit code it gives."""
+
+
 class Report(Protocol):
     """Records what is rendered for each play (or records nothing: junit.NO_REPORT)."""
 
@@ -33,4 +39,4 @@ class Report(Protocol):
 
     def wrap(self, render: Render, play: Play) -> Render: ...
 
-    def suite(self, name: str) -> Suite: ...
+    def suite(self, name: str) -> TargetRecord: ...

@@ -2,7 +2,7 @@
 
 Nothing starts anywhere until every node passed preflight (each node's launch lock is held until all
 have started); a node that fails to warm up or start stops the nodes already started. Following the
-started job is the CLI's (each node followed as a target is, cli/job_flow.py).
+started job is the CLI's (each node followed as a target is, cli/flows/job_flow.py).
 """
 
 from __future__ import annotations

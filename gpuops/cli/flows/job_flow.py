@@ -7,8 +7,8 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuops.cli.fanout import Fanout
-from gpuops.cli.run_flow import renderer
+from gpuops.cli.flows.fanout import Fanout
+from gpuops.cli.flows.run_flow import renderer
 from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
 
@@ -42,7 +42,7 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
         nodes = _node_plays(plays, item)
     except GpuopsError as exc:
         from gpuops.cli.options import error_outcome
-        from gpuops.cli.render import JsonRenderer
+        from gpuops.cli.renderers.render import JsonRenderer
 
         exc.target = getattr(exc, "target", None) or first
         if isinstance(render, JsonRenderer):  # --json
@@ -75,7 +75,7 @@ def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report,
     """Every node followed at once (each in a worker, as several targets are), then the job's summary."""
     import time
 
-    from gpuops.cli.render import JsonRenderer
+    from gpuops.cli.renderers.render import JsonRenderer
     from gpuops.client.nodes_launch import node_ends
     from gpuops.client.nodes import job_outcome
 
@@ -100,7 +100,7 @@ def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report,
 
 
 def _follow_one(play: Play, render: Render, *, run_id: str, deadline: float | None) -> int:
-    from gpuops.cli.run_flow import drive
+    from gpuops.cli.flows.run_flow import drive
     from gpuops.client.viewer import view
 
     state: dict[str, Any] = {"started": True, "run": run_id}

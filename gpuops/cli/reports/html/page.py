@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from html import escape
 
 from gpuops import __version__
-from gpuops.cli.report.plot import Chart, svg
-from gpuops.cli.report.stack_view import section as stacks_section
-from gpuops.cli.report.story import Story
+from gpuops.cli.reports.html.plot import Chart, svg
+from gpuops.cli.reports.html.stack_view import section as stacks_section
+from gpuops.cli.reports.html.story import Story
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:24px;color:#1b1b1b;

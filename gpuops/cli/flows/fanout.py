@@ -90,7 +90,7 @@ class Fanout:
                  as_json: bool, ordered: bool = False, sum_up: bool = True) -> None:
         self.plays, self.base, self.report = plays, base, report
         self.as_json, self.ordered = as_json, ordered
-        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_flow.py)
+        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/flows/job_flow.py)
         self.renders = {play.target.name: render_for(play) for play in plays}
         self.workers: list[_Worker] = []
         self.broken = False
@@ -218,7 +218,7 @@ class Fanout:
 
     def _error(self, name: str, exc: Carried) -> None:
         from gpuops.cli.options import error_outcome
-        from gpuops.cli.render import JsonRenderer
+        from gpuops.cli.renderers.render import JsonRenderer
 
         if self.report.path:
             self.report.suite(name).error(exc, exc.exit_code)
@@ -235,7 +235,7 @@ class Fanout:
             raise BrokenPipeError()
         if not self.sum_up:
             return code
-        from gpuops.cli.render import JsonRenderer
+        from gpuops.cli.renderers.render import JsonRenderer
 
         if isinstance(self.base, JsonRenderer):  # --json
             order = {w.name: i for i, w in enumerate(self.workers)}

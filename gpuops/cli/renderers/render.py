@@ -11,7 +11,7 @@ from typing import Any, Callable, TextIO
 
 from gpuops.agent.wire.jobwire import STORE_GONE
 from gpuops.agent.wire.protocol import SCHEMA_VERSION
-from gpuops.cli import style as looks
+from gpuops.cli.renderers import style as looks
 from gpuops.client.events import Event, Outcome
 
 
@@ -377,7 +377,7 @@ class TextRenderer:
 
     def error(self, target: str, code: int, message: str, hint: str | None, exc: BaseException | None) -> None:
         """multi: a target's error, every line tagged with the target (the others go on)."""
-        from gpuops.cli.errors_view import error_text
+        from gpuops.cli.renderers.errors_view import error_text
 
         self.end_log(target)
         text = error_text(message, hint, exc, head=f"ERROR (exit {code}): ")

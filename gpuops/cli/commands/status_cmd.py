@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from gpuops.cli.status_view import plain_lines, rich_view
+from gpuops.cli.renderers.status_view import plain_lines, rich_view
 from gpuops.errors import status_exit
 
 if TYPE_CHECKING:
@@ -57,14 +57,14 @@ def _code(results: list[TargetStatus]) -> int:
 
 def _print(results: list[TargetStatus], as_json: bool) -> None:
     if as_json:
-        from gpuops.cli.render import iso, json_line
+        from gpuops.cli.renderers.render import iso, json_line
 
         for r in results:
             sys.stdout.write(json_line({"ts": iso(time.time()), "event": "status", **r.as_json()}) + "\n")
         sys.stdout.flush()
         return
     if sys.stdout.isatty():
-        from gpuops.cli.style import console
+        from gpuops.cli.renderers.style import console
 
         console().print(rich_view(results))
         return
@@ -78,7 +78,7 @@ def _refresh(pool: Pool, inv: Inventory, targets: list[Target], sessions: tuple[
     from gpuops.client.status import gather
 
     results = gather(pool, inv, targets, sessions)
-    from gpuops.cli.style import console
+    from gpuops.cli.renderers.style import console
 
     with Live(rich_view(results), refresh_per_second=4, screen=False, console=console()) as live:
         while True:

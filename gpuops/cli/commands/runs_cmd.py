@@ -72,7 +72,7 @@ _DROP_ORDER = ("GPU memory MiB", "throughput", "findings", "warmup s/GPU", "play
 
 
 def _json(target: str, rows: list[dict[str, Any]]) -> None:
-    from gpuops.cli.render import iso, json_line
+    from gpuops.cli.renderers.render import iso, json_line
 
     for row in rows:
         obj = {"ts": iso(time.time()), "event": "run", "target": target, **row}

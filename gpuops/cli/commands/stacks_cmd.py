@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gpuops.cli.run_flow import drive, each_target, renderer
-from gpuops.cli.junit import NO_REPORT
+from gpuops.cli.flows.run_flow import drive, each_target, renderer
+from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.client.selection import load_plays
-from gpuops.cli.which_run import check_run_id, pick
+from gpuops.cli.flows.which_run import check_run_id, pick
 from gpuops.client.events import Event, Outcome
 from gpuops.errors import ExitCode, NoRun, UsageError
 

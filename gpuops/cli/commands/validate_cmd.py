@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpuops.cli import style as looks
+from gpuops.cli.renderers import style as looks
 from gpuops.errors import ExitCode, UsageError
 
 
@@ -51,7 +51,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         tgt = resolve_target(inv, pb, target)
         checked.append(f"target '{tgt.name}' found in {inventory}")
     if as_json:
-        from gpuops.cli.render import JsonRenderer
+        from gpuops.cli.renderers.render import JsonRenderer
         from gpuops.client.events import Outcome
 
         data = {"checked": checked, "unset_env": unset, "targets": views,

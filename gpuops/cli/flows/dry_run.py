@@ -11,12 +11,12 @@ from gpuops.errors import ExitCode
 
 if TYPE_CHECKING:
     from gpuops.client.play import Play
-    from gpuops.cli.render import JsonRenderer
+    from gpuops.cli.renderers.render import JsonRenderer
 
 
 def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
     from gpuops.client.nodes import is_job
-    from gpuops.cli.render import JsonRenderer
+    from gpuops.cli.renderers.render import JsonRenderer
 
     plays = load_plays(inventory, playbook, targets, every, dry=True)
     out = JsonRenderer(hold_summaries=len(plays) > 1) if as_json else None
@@ -51,7 +51,7 @@ def dry_run_one(play: Play, out: JsonRenderer | None) -> None:
     if out is not None:
         import time
 
-        from gpuops.cli.render import iso
+        from gpuops.cli.renderers.render import iso
 
         for name, text, stdin in steps:
             out.emit({"ts": iso(time.time()), "event": "dry_run_step", "target": play.target.name, "step": name,

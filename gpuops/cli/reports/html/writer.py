@@ -13,25 +13,14 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gpuops.errors import GpuopsError, UsageError
+from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.cli.reports.writable import check_writable
 
 if TYPE_CHECKING:
     from types import TracebackType
-    from gpuops.cli.junit import Report, Suite
     from gpuops.cli.roles import Render
     from gpuops.client.play import Play
-
-
-def check_writable(path: str, flag: str) -> None:
-    """Refuse a report path that cannot be written before anything runs, not after a two-hour run."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a directory, expected a file path")
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"{flag} {path}: cannot write there (permission denied)")
 
 
 @dataclass
@@ -52,8 +41,8 @@ def fetch(play: Play, run_id: str | None) -> dict[str, Any]:
 def build(sections: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],
           command: str) -> str:
     """The page for (target, record or None, what the command said, its message, why the record is missing, mask)."""
-    from gpuops.cli.report.page import Section, page
-    from gpuops.cli.report.story import story
+    from gpuops.cli.reports.html.page import Section, page
+    from gpuops.cli.reports.html.story import story
 
     out = []
     for target, record, said, message, missing, mask in sections:
@@ -136,11 +125,11 @@ class HtmlReport:
             sys.stderr.write(f"gpuops: warning: the run's report could not be drawn ({said}); {self.path} not written\n")
             return
         try:
-            from gpuops.cli.report.page import write
+            from gpuops.cli.reports.html.page import write
 
             write(self.path, text)
             if self.say and self.targets:
-                from gpuops.cli import style
+                from gpuops.cli.renderers import style
 
                 if not style.QUIET:
                     sys.stderr.write(f"gpuops: the run's report: {self.path}\n")
@@ -164,20 +153,3 @@ class _Tee:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-class Reports:
-    """--junit and --report together, as each_target and the fan-out use one report object."""
-
-    def __init__(self, junit: Report, html: HtmlReport) -> None:
-        self.junit, self.html = junit, html
-
-    @property
-    def path(self) -> str | None:
-        return self.junit.path
-
-    def suite(self, name: str) -> Suite:
-        return self.junit.suite(name)
-
-    def wrap(self, render: Render, play: Play) -> Render:
-        return self.html.wrap(self.junit.wrap(render, play), play)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.cli.reports.writable import check_writable
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -270,7 +271,7 @@ class Report:
         self.plays: dict[str, Play] = {}
         self.ended = False
         if path:
-            check_writable(path)
+            check_writable(path, "--junit")
 
     def wrap(self, render: Render, play: Play) -> Render:
         """The renderer to use for `play`: the same output, also recorded (unchanged without --junit)."""
@@ -314,13 +315,6 @@ class Report:
             import sys
 
             sys.stderr.write(f"gpuops: error: could not write the JUnit report {self.path}: {err.strerror or err}\n")
-
-
-def check_writable(path: str) -> None:
-    """Refuse a report path that cannot be written before anything runs, not after a two-hour run."""
-    from gpuops.cli.report.writer import check_writable as check
-
-    check(path, "--junit")
 
 
 def clean(text: str) -> str:

@@ -141,7 +141,7 @@ def notes(r: TargetStatus) -> tuple[list[str], list[str]]:
 
 def _memory(history: dict[int, tuple[list[int | None], float]], index: int) -> str:
     """A GPU's memory over the last minutes as a sparkline and its shape; '' without samples."""
-    from gpuops.cli.spark import shape, sparkline
+    from gpuops.cli.renderers.spark import shape, sparkline
 
     series, swing = history.get(index, ([], 0.0))
     return f"{sparkline(series, 30, min_span=256)} {shape(series, swing)}" if series else ""

@@ -16,14 +16,14 @@ if TYPE_CHECKING:
 
 def renderer(as_json: bool, verbose: bool = False, *, multi: bool = False) -> Terminal:
     """The terminal's renderer; multi: several targets (JSON summaries last, text lines prefixed)."""
-    from gpuops.cli.render import JsonRenderer, TextRenderer
+    from gpuops.cli.renderers.render import JsonRenderer, TextRenderer
 
     return JsonRenderer(hold_summaries=multi) if as_json else TextRenderer(verbose=verbose, multi=multi)
 
 
 def each_target(plays: list[Play], work: Callable[[Play, Render], int], render: Terminal, report: Report, *, as_json: bool,
                 verbose: bool, ordered: bool = False) -> int:
-    """Run `work(play, renderer)` for every play: one here, as it always ran; several at once (cli/fanout.py),
+    """Run `work(play, renderer)` for every play: one here, as it always ran; several at once (fanout.py),
     the exit code the worst of theirs. `ordered`: each target's output whole, one after another."""
     from gpuops.cli.options import report_cost
 
@@ -32,7 +32,7 @@ def each_target(plays: list[Play], work: Callable[[Play, Render], int], render: 
             return work(plays[0], report.wrap(render, plays[0]))  # --junit records what is rendered
         finally:
             report_cost(verbose, [plays[0].transport])
-    from gpuops.cli.fanout import Fanout
+    from gpuops.cli.flows.fanout import Fanout
 
     fan = Fanout(plays, lambda play: report.wrap(render, play), render, report, as_json=as_json, ordered=ordered)
     try:

@@ -12,10 +12,11 @@ from gpuops.errors import ExitCode
 def run_report(inventory: str | None, playbook: str | None, target: str | None, *, run_id: str | None,
                output: str | None, as_json: bool, verbose: bool) -> int:
     from gpuops.cli.options import report_cost
-    from gpuops.cli.report.page import write
-    from gpuops.cli.report.writer import build, check_writable, fetch
+    from gpuops.cli.reports.html.page import write
+    from gpuops.cli.reports.html.writer import build, fetch
+    from gpuops.cli.reports.writable import check_writable
     from gpuops.client.selection import load_plays
-    from gpuops.cli.which_run import check_run_id
+    from gpuops.cli.flows.which_run import check_run_id
 
     if run_id is not None:
         check_run_id(run_id)
@@ -39,7 +40,7 @@ def run_report(inventory: str | None, playbook: str | None, target: str | None, 
     write(path, text)
     profiles = [record.get("profile") or {} for record in records]
     if as_json:
-        from gpuops.cli.render import iso, json_line
+        from gpuops.cli.renderers.render import iso, json_line
 
         for play, record, profile in zip(plays, records, profiles):
             sys.stdout.write(json_line({"ts": iso(time.time()), "event": "report", "target": play.target.name,
