@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.sequential_warmup import render_warmup_command
+from gpuops.client.launch.sequential_warmup import render_warmup_command
 from gpuops.config import load_inventory, load_playbook, resolve_target
 from gpuops.config.playbook_model import EnvVar, Preflight, RuleSpec
 from gpuops.errors import ConfigError, Mark, UsageError

@@ -13,7 +13,7 @@ import pytest
 
 from gpuops.client.door import Door
 from gpuops.agent.wire.frames import FrameReader
-from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
+from gpuops.client.view.follower import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
 from gpuops.transport.local import LocalTransport
 
 RUN = "20261129-000000-abcdef"
@@ -152,7 +152,7 @@ def test_a_10mb_line_streams_through(run_dir: Path) -> None:
 def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir: Path) -> None:
     import subprocess
 
-    from gpuops.client.follower import Reconnecting
+    from gpuops.client.view.follower import Reconnecting
 
     (run_dir / "log").write_bytes(b"step 1\n")
     lines = [b'{"event":"match","rule":"loss-nan","offset":0}\n', b'{"event":"stall","seconds":9}\n']

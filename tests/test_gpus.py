@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.client.gpus import SmiError, check_idle, parse_gpus
+from gpuops.client.launch.gpus import SmiError, check_idle, parse_gpus
 
 UUID = "GPU-df71818e-792d-a40d-e8f9-12f85bf764dd"
 REAL_NOUNITS = "0, 0, 143771, 0\n"  # index,memory.used,memory.total,utilization.gpu from a real H200

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.gpus import check_idle, parse_gpus
+from gpuops.client.launch.gpus import check_idle, parse_gpus
 from gpuops.agent.wire.signatures.matcher import Matcher, builtin_rules
 
 REAL = Path(__file__).parent / "data" / "real_h200"

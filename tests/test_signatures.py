@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.wire.signatures.matcher import Hit, Matcher, Rule, builtin_rules, regex_rule
-from gpuops.client import accel
+from gpuops.client.view import accel
 from gpuops.agent.wire.signatures import matcher as matcher_mod
 from gpuops.agent.wire.signatures import scan as scan_mod
 

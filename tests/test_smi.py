@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client import gpus
+from gpuops.client.launch import gpus
 from gpuops.agent.wire import smi
 from gpuops.agent.wire.smi import SmiError, parse_gpus, parse_sample, sample_argv
 

@@ -1,4 +1,4 @@
-"""A following client (client/viewer.py) beside a watchdog that stops and comes back: each match is shown once."""
+"""A following client (client/view/viewer.py) beside a watchdog that stops and comes back: each match is shown once."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from gpuops.agent.wire import watchfile
 from gpuops.agent.wire.detector_list import DetectorSettings
 from gpuops.command import Secret, Script, export
 from gpuops.client.play import Play, holder_id
-from gpuops.client.runs import dumps
+from gpuops.client.door.commands import dumps
 
 
 def meta(play: Play, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
 def _launch_one(play: Play, render: Render, *, detach: bool, timeout: float | None, inventory: str | None,
                 playbook: str | None, stop_on_exit: bool = False) -> int:
     """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
-    from gpuops.client.launch import launch
+    from gpuops.client.launch.launch import launch
 
     state: dict[str, Any] = {}
     try:
@@ -83,7 +83,7 @@ class _Silent:
 
 def _stop(play: Play, render: Render) -> Outcome:
     """`gpuops stop`'s stop of the target's run, its events rendered; its outcome returned, not shown."""
-    from gpuops.client.launch import stop
+    from gpuops.client.launch.launch import stop
 
     for item in stop(play):
         if isinstance(item, Outcome):

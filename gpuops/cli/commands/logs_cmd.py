@@ -57,7 +57,7 @@ def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 def _logs_one(play: Play, render: Render, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,
               deadline: float | None, inventory: str | None, playbook: str | None) -> int:
     """One target's log, printed or followed."""
-    from gpuops.client.viewer import view
+    from gpuops.client.view.viewer import view
 
     state: dict[str, Any] = {"started": True}
     tail_at = -1 if tail is None else tail
@@ -97,7 +97,7 @@ def _logs_one(play: Play, render: Render, *, run_id: str | None, follow: bool, t
 
 def _earlier_run(play: Play, render: Render, row: dict[str, Any], *, follow: bool, tail: int, state: dict[str, Any]) -> int:
     """`--run ID` of a run that is over: its log; with --follow, then the code it ended with."""
-    from gpuops.client.viewer import view
+    from gpuops.client.view.viewer import view
 
     run_id = row["run"]
     events = view(play, run_id, tail=tail, abort_on_match=False, once=True)

@@ -22,7 +22,7 @@ def run_stop(inventory: str | None, playbook: str | None, targets: tuple[str, ..
 
 def _stop_one(play: Play, render: Render) -> int:
     """Stop one target's run."""
-    from gpuops.client.launch import stop
+    from gpuops.client.launch.launch import stop
 
     try:
         return drive(stop(play), render, play.target.name, {})

@@ -37,7 +37,7 @@ def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...
 
 def dry_run_one(play: Play, out: JsonRenderer | None) -> None:
     """Every command one target's launch would send; `out`: the JSON renderer with --json."""
-    from gpuops.client.launch import plan
+    from gpuops.client.launch.launch import plan
 
     host = play.inventory.hosts[play.target.host]
     if host.transport == "local":

@@ -1,4 +1,4 @@
-"""`gpuops launch` of a playbook with `launch.nodes`: one job over its nodes (client/nodes_launch.py), then each
+"""`gpuops launch` of a playbook with `launch.nodes`: one job over its nodes (client/launch/nodes_launch.py), then each
 node followed as a target is (lines prefixed with the node), and the job's one summary: the first failing node's."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
     import time
 
     from gpuops.client.nodes import check_nodes
-    from gpuops.client.nodes_launch import launch_job
+    from gpuops.client.launch.nodes_launch import launch_job
 
     check_nodes(plays)
     deadline = time.monotonic() + timeout if timeout else None
@@ -76,7 +76,7 @@ def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report,
     import time
 
     from gpuops.cli.renderers.render import JsonRenderer
-    from gpuops.client.nodes_launch import node_ends
+    from gpuops.client.launch.nodes_launch import node_ends
     from gpuops.client.nodes import job_outcome
 
     deadline = time.monotonic() + timeout if timeout else None
@@ -101,7 +101,7 @@ def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report,
 
 def _follow_one(play: Play, render: Render, *, run_id: str, deadline: float | None) -> int:
     from gpuops.cli.flows.run_flow import drive
-    from gpuops.client.viewer import view
+    from gpuops.client.view.viewer import view
 
     state: dict[str, Any] = {"started": True, "run": run_id}
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import click
 
-    from gpuops.client.gpus import GpuCheck
+    from gpuops.client.launch.gpus import GpuCheck
 
 
 def show_error(message: str, hint: str | None, exc: BaseException | None) -> None:

@@ -1,11 +1,19 @@
 """The commands the door sends to a target, as values: each runs one shipped tool of gpuops/agent, named as
-that tool is (a dry run renders them too)."""
+that tool is (a dry run renders them too); a record a tool reads on its stdin is one line of JSON (dumps)."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from gpuops.command import Cmd, Script, bash
 from gpuops.client.door.bundle import python_tool, shell_tool
 from gpuops.agent.wire.smi import sample_argv
+
+
+def dumps(record: dict[str, Any]) -> str:
+    """A record as one line of JSON (so it can travel inside a shell word)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
 def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False, python: bool = True) -> Cmd:

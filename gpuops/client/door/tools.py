@@ -18,7 +18,6 @@ from gpuops.client.door import commands
 from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
 from gpuops.client.door.channels import FollowChannel, LockChannel, WarmupChannel
 from gpuops.client.door.replies import MemoryReading, read_report, read_runs
-from gpuops.client.runs import dumps
 from gpuops.command import Cmd
 from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
                            RunAlive, RunStopped, TargetNotReady)
@@ -129,7 +128,7 @@ class Door:
 
     def record(self, run_id: str, name: str, record: dict[str, Any]) -> None:
         """Rewrite one JSON record of the run."""
-        self._run(commands.record(run_id, name), stdin=dumps(record).encode())
+        self._run(commands.record(run_id, name), stdin=commands.dumps(record).encode())
 
     def start(self, run_id: str, session: str) -> marks.StartReply:
         """The watchdog starts and answers; then training starts in tmux. Raises when it did not start."""

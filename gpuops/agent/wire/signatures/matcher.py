@@ -41,7 +41,7 @@ class Matcher:
     Rule order is priority: the first rule that matches a line wins. Hits come
     back from the ``feed`` (or ``finish``) call that completes the line.
     ``prefilter`` takes over the search for the trigger literals that have no byte
-    rare in the log (``gpuops.client.accel`` has one in hyperscan); the hits
+    rare in the log (``gpuops.client.view.accel`` has one in hyperscan); the hits
     are the same.
     """
 

@@ -6,7 +6,7 @@ Most of a training log matches nothing, so the matcher works on whole chunks. On
 byte: a later hit's number depends on it), and so does whether the chunk holds an escape
 sequence or a trigger literal's anchor, a byte of it that is rare in this log (measured on a
 sample). Literals without a rare byte are found with ``bytes.find`` (a regex for literals
-sharing a prefix), or by a ``prefilter`` such as hyperscan's (``gpuops.client.accel``).
+sharing a prefix), or by a ``prefilter`` such as hyperscan's (``gpuops.client.view.accel``).
 Only lines holding a trigger or an escape sequence, and every line while a traceback or a
 wait is open, are decoded and matched one by one, by the same code that would match every
 line; the result is identical either way (tests compare the two). A rule whose regex has no

@@ -14,16 +14,16 @@ from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
-from gpuops.client.preflight import LaunchLock, evaluate
-from gpuops.client.runs import new_run_id
-from gpuops.client.sequential_warmup import WarmupError, run_warmups, stop_warmup
-from gpuops.client.uninterruptible import shielded
+from gpuops.client.launch.preflight import LaunchLock, evaluate
+from gpuops.client.launch.run_id import new_run_id
+from gpuops.client.launch.sequential_warmup import WarmupError, run_warmups, stop_warmup
+from gpuops.client.launch.uninterruptible import shielded
 from gpuops.errors import ExitCode
 
 
 def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
     """Preflight on every node, then warm up, start; the last item is the Outcome of the start (the follow is the caller's)."""
-    from gpuops.client.launch import _prepare, _record, _start
+    from gpuops.client.launch.launch import _prepare, _record, _start
 
     deadline = time.monotonic() + timeout if timeout else None
     locks = [LaunchLock(j) for j in plays]
@@ -96,7 +96,7 @@ def _first(failed: list[tuple[Play, BaseException]]) -> BaseException:
 
 def _undo(nodes: list[Play], started: list[Play], run_id: str) -> None:
     """A node failed after the run existed: stop the nodes already started, record the others as never started."""
-    from gpuops.client.launch import _record
+    from gpuops.client.launch.launch import _record
     from gpuops.client.stop_call import abort_run
 
     with shielded():

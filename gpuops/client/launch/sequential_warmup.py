@@ -9,7 +9,7 @@ import re
 
 from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
 from gpuops.client.runspec import meta
-from gpuops.client.uninterruptible import shielded
+from gpuops.client.launch.uninterruptible import shielded
 from gpuops.client.events import Event
 from gpuops.client.play import Play
 from gpuops.client.outcome import run_info

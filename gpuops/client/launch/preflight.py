@@ -10,7 +10,7 @@ from gpuops.client.door.channels import LockChannel
 from gpuops.agent.wire.marks import ProbeReply
 from gpuops.client.events import Event
 from gpuops.client.play import Play, holder_id
-from gpuops.client.gpus import GpuCheck, check_idle
+from gpuops.client.launch.gpus import GpuCheck, check_idle
 
 #: The oldest Python the target package runs on (tests/test_target_package.py proves it).
 OLDEST_PYTHON = (3, 8)

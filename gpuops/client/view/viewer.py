@@ -17,7 +17,7 @@ from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
-from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
+from gpuops.client.view.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
 from gpuops.agent.wire.marks import AbortReply
 from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.wire.stall import StallClock
@@ -33,7 +33,7 @@ _ENVELOPE = ("event", "ts", "schema_version", "target", "run")
 def build_matcher(play: Play, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
     from gpuops.client.runspec import watch_config
-    from gpuops.client import accel
+    from gpuops.client.view import accel
     from gpuops.agent.wire.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None

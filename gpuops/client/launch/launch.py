@@ -13,12 +13,13 @@ from gpuops.client.door import commands
 from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
-from gpuops.client.preflight import LaunchLock, evaluate
+from gpuops.client.launch.preflight import LaunchLock, evaluate
 from gpuops.client.runspec import meta, prepare_spec
-from gpuops.client.uninterruptible import shielded
-from gpuops.client.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
-from gpuops.client.viewer import view
-from gpuops.client.runs import dumps, new_run_id
+from gpuops.client.launch.uninterruptible import shielded
+from gpuops.client.launch.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
+from gpuops.client.view.viewer import view
+from gpuops.client.door.commands import dumps
+from gpuops.client.launch.run_id import new_run_id
 from gpuops.agent.wire import protocol as p
 
 
