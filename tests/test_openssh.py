@@ -1,4 +1,4 @@
-"""The user's own `ssh` carries gpuops' connections (transport/ssh/openssh.py): their ControlMaster, an IdentityAgent,
+"""The user's own `ssh` carries gpuops' connections (transport/ssh/openssh/openssh.py): their ControlMaster, an IdentityAgent,
 a certificate, the user's ProxyCommand, gpuops' own master reused by the next command, ssh's 255 told from the command's, a closed port
 said at once, and UserKnownHostsFile / Include paths with spaces (issue 29 item 9).
 

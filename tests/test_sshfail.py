@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops.errors import AuthError, ChangedHostKey, SshFileError, UnknownHostKey
-from gpuops.transport.ssh.fail import HopView, SshFailed, classify, fingerprint
+from gpuops.transport.ssh.openssh.fail import HopView, SshFailed, classify, fingerprint
 from gpuops.transport.ssh.resolve import config_word, split_config_words, ssh_words
 
 HOP = HopView("pve1", "[127.0.0.1]:2222", "~/.ssh/known_hosts", user="root")

@@ -17,7 +17,7 @@ from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
-from gpuops.transport.ssh.chain import _Connection
+from gpuops.transport.ssh.paramiko_ssh.chain import _Connection
 from gpuops.transport.ssh.plan import where as _where
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;

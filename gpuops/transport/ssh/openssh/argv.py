@@ -18,8 +18,8 @@ from typing import Mapping
 from gpuops.config.model import Host
 from gpuops.errors import os_reason
 from gpuops.localfiles import unswappable
-from gpuops.transport.ssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
-from gpuops.transport.ssh.fail import HopView
+from gpuops.transport.ssh.openssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
+from gpuops.transport.ssh.openssh.fail import HopView
 from gpuops.transport.ssh.plan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
 from gpuops.transport.ssh.resolve import Resolved, config_flag, config_word, explicit_args, resolve
 

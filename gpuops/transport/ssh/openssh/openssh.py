@@ -20,8 +20,8 @@ from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
 from gpuops.transport.base import Result
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.local import ProcStream
-from gpuops.transport.ssh.argv import SshPlan, master_alive, plan
-from gpuops.transport.ssh.fail import SshFailed, classify
+from gpuops.transport.ssh.openssh.argv import SshPlan, master_alive, plan
+from gpuops.transport.ssh.openssh.fail import SshFailed, classify
 from gpuops.transport.ssh.plan import where
 
 _HINTS = {

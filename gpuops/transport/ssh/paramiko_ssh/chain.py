@@ -11,8 +11,8 @@ from gpuops.transport.ssh._paramiko import paramiko
 
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, ConnectError, LockedKey
-from gpuops.transport.ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
-from gpuops.transport.ssh.lowlatency import transport_factory
+from gpuops.transport.ssh.paramiko_ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
+from gpuops.transport.ssh.paramiko_ssh.lowlatency import transport_factory
 from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where
 
 
