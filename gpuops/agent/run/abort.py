@@ -22,11 +22,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import SH
 from ..wire import protocol as p
-from ..wire import marks
+from ..wire import marks, watchfile
 from ..system import tmux
 from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
 from .prepare import append_event
-from ..wire import watchfile
 from ..wire.watchfile import WatchConfig
 from ..system.procs import parents, run_of, running, started_at
 from ..wire.records import read_json, write_json_atomic
