@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
 from typing import Iterable
 
 from gpuops.agent.wire.exits import ExitCode  # noqa: F401  (the contract's codes, defined once in the wire)
+from gpuops.position import Mark
 
 
 #: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
@@ -62,18 +62,6 @@ class UsageError(GpuopsError):
     """A bad option, an unknown target, a missing file."""
 
     exit_code = ExitCode.USAGE
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A position in a YAML file, 1-based as editors show it."""
-
-    file: str
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
 
 
 class ConfigError(UsageError):

@@ -28,7 +28,7 @@ from bench.inventory import write_inventory
 from bench.waiting import wait_until
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
-from gpuops.config.model import Host, Inventory, Target
+from gpuops.targets import Host, Inventory, Target
 from gpuops.transport import dry_transport
 from gpuops.transport.become import BecomeTransport
 from gpuops.transport.local import LocalTransport

@@ -19,7 +19,7 @@ import pytest
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.cli import Running
 from bench.inventory import silent_host
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import UsageError
 from gpuops.transport.ssh import resolve as sshresolve
 from gpuops.transport.ssh.head_start import Early

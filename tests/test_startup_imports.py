@@ -108,7 +108,7 @@ def test_loading_the_config_imports_no_log_matcher() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, gpuops.config.model, gpuops.client.status; "
+    code = ("import sys, gpuops.targets, gpuops.client.status; "
             "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.wire.signatures.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "gpuops.agent.wire.signatures.matcher" not in out and "gpuops.agent.wire.signatures.budget" not in out, out

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from gpuops.config.model import Inventory, Target
+    from gpuops.targets import Inventory, Target
 
 COMPLETE_VAR = "_GPUOPS_COMPLETE"  # click's name for it: _{PROG}_COMPLETE
 RUN_ID_BUDGET = 3.0  # seconds a completion may wait for the target's run ids: a prompt must not hang

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from gpuops.config.model import Inventory, Target
+from gpuops.targets import Inventory, Target
 from gpuops.config.playbook_model import Playbook
 from gpuops.agent.wire.masking import Masker
 from gpuops.client.door import Door

@@ -11,7 +11,7 @@ from gpuops.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuops.client.play import Play
-    from gpuops.config.model import Inventory, Target
+    from gpuops.targets import Inventory, Target
     from gpuops.config.playbook_model import Playbook
 
 

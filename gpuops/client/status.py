@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from gpuops.client.door import Door
 from gpuops.agent.wire.marks import ProbeReply
-from gpuops.config.model import Inventory, Target
+from gpuops.targets import Inventory, Target
 from gpuops.errors import GpuopsError
 from gpuops.transport import Pool
 

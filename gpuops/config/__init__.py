@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from gpuops.config.inventory import resolve_target
-from gpuops.config.model import Host, Inventory, Target
+from gpuops.targets import Host, Inventory, Target
 from gpuops.config.source import Source
 
 if TYPE_CHECKING:  # the playbook's model is imported where a playbook is read

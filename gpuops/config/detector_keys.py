@@ -9,8 +9,8 @@ from typing import Any
 from gpuops.agent.wire.detector_list import DetectorSpec, Key
 from gpuops.config import schema as s
 from gpuops.config.yamlpos import Mapping, Node, Scalar
-from gpuops.errors import ConfigError, Mark
-
+from gpuops.errors import ConfigError
+from gpuops.position import Mark
 SLOW_RULE = "gpuops stops applying a rule that takes too long on a line"
 #: Read first after the required keys: the keys every detector judged over a window shares.
 SHARED_KINDS = ("baseline", "seconds", "action")

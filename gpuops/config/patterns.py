@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from gpuops.config.model import Inventory
+from gpuops.targets import Inventory
 from gpuops.errors import UsageError
 
 _SPECIAL = set(":,!&*?[~")

@@ -20,8 +20,8 @@ from gpuops.config.restart_keys import parse_restart
 from gpuops.config.torchrun_keys import parse_nodes, parse_torchrun
 from gpuops.config.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
-from gpuops.errors import ConfigError, Mark
-
+from gpuops.errors import ConfigError
+from gpuops.position import Mark
 PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort",
                  "restart", "notify")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")

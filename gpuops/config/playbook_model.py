@@ -12,8 +12,7 @@ from typing import Literal
 from gpuops.agent.wire import watchfile as wf
 from gpuops.agent.wire.channel_list import Channel
 from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
-from gpuops.errors import Mark
-
+from gpuops.position import Mark
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Torchrun
 from gpuops.config.yamlpos import Node
-from gpuops.errors import ConfigError, Mark
-
+from gpuops.errors import ConfigError
+from gpuops.position import Mark
 TORCHRUN_KEYS = ("nproc_per_node", "port", "collective_timeout", "async_error_handling")
 MAX_NODES = 64
 

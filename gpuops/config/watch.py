@@ -12,8 +12,8 @@ from gpuops.config import schema as s
 from gpuops.config.detector_keys import compile_pattern, parse_detector
 from gpuops.config.playbook_model import EnvVar, RuleSpec, StallAuto, Watch
 from gpuops.config.yamlpos import Node, Scalar
-from gpuops.errors import ConfigError, Mark
-
+from gpuops.errors import ConfigError
+from gpuops.position import Mark
 WATCH_KEYS = ("builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval") + tuple(
     spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks")
 RULE_KEYS = ("name", "pattern", "action")

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any, Mapping
 
-from gpuops.config.model import Host, Inventory, Target
+from gpuops.targets import Host, Inventory, Target
 from gpuops.errors import UsageError
 from gpuops.transport.base import HostSide, Result, Stream, Transport
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from gpuops.command import Cmd
-from gpuops.config.model import Target
+from gpuops.targets import Target
 from gpuops.transport.base import Container, Result, Stream, Transport, Wrapping
 
 Method = Literal["sudo", "su"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.config.model import Inventory, Target
+from gpuops.targets import Inventory, Target
 from gpuops.transport.become import method_of
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.errors import GpuopsError, worst_exit
 
 if TYPE_CHECKING:
-    from gpuops.config.model import Inventory, Target
+    from gpuops.targets import Inventory, Target
     from gpuops.transport import Pool
 
 

@@ -11,7 +11,7 @@ from gpuops.errors import status_exit
 
 if TYPE_CHECKING:
     from gpuops.client.status import TargetStatus
-    from gpuops.config.model import Inventory, Target
+    from gpuops.targets import Inventory, Target
     from gpuops.transport import Pool
 
 

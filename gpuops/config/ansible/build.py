@@ -8,7 +8,7 @@ from types import MappingProxyType
 from gpuops.config.ansible.hosts import HostBuilder
 from gpuops.config.ansible.layers import Layers
 from gpuops.config.ansible.tree import HostValueError, Tree, VaultedValue
-from gpuops.config.model import Inventory, Target
+from gpuops.targets import Inventory, Target
 from gpuops.errors import ConfigError
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from gpuops.config.ansible.build import inventory_of
 from gpuops.config.ansible.tree import Group, Tree, Var
-from gpuops.config.model import Inventory
+from gpuops.targets import Inventory
 from gpuops.config.source import Source
-from gpuops.errors import ConfigError, Mark
-
+from gpuops.errors import ConfigError
+from gpuops.position import Mark
 _SECTION = re.compile(r"\[([^:\]\s]+)(?::(\w+))?\]\s*(?:[#;].*)?\Z")
 
 

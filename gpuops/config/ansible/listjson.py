@@ -4,7 +4,7 @@ inventories are then Ansible's own work. Shape: {"_meta": {"hostvars": {...}}, "
 from __future__ import annotations
 
 from gpuops.config import schema as s
-from gpuops.config.model import Inventory
+from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Scalar, Sequence
 from gpuops.errors import ConfigError

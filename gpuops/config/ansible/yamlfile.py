@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpuops.config import schema as s
 from gpuops.config.inventory import INVENTORY_KEYS
-from gpuops.config.model import Inventory
+from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Node, Scalar
 

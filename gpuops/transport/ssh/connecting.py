@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import ConnectError, GpuopsError
 from gpuops.transport.base import HostSide
 from gpuops.transport.ssh.head_start import Early

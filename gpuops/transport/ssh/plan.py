@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import SshFileError, UsageError, os_reason
 from gpuops.transport.ssh.resolve import Resolved, explicit_args, resolve
 

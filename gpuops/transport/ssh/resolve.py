@@ -16,7 +16,7 @@ from gpuops.errors import SshFileError, UsageError, os_reason
 from gpuops.transport.ssh.head_start import Early
 
 if TYPE_CHECKING:
-    from gpuops.config.model import Host
+    from gpuops.targets import Host
 
 SSH_G_TIMEOUT = 30.0  # seconds; `Match exec` runs the user's commands, as ssh does
 _cache: dict[tuple[str, ...], "Resolved"] = {}

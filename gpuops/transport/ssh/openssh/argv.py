@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import os_reason
 from gpuops.localfiles import unswappable
 from gpuops.transport.ssh.openssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master

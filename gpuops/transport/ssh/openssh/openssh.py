@@ -15,7 +15,7 @@ import tempfile
 from typing import Any, Mapping
 
 from gpuops.command import Cmd
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
 from gpuops.transport.base import Result
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost

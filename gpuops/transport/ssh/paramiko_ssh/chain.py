@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from gpuops.transport.ssh._paramiko import paramiko
 
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import AuthError, ConnectError, LockedKey
 from gpuops.transport.ssh.paramiko_ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.ssh.paramiko_ssh.lowlatency import transport_factory

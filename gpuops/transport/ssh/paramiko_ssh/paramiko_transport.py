@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from gpuops.transport.ssh._paramiko import paramiko
 
 from gpuops.command import Cmd
-from gpuops.config.model import Host
+from gpuops.targets import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost

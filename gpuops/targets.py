@@ -1,6 +1,8 @@
 """The inventory as validated values (hosts, targets, groups): what the rest of gpuops reads, never raw YAML.
-The playbook's values are in playbook_model.py, so a command that reads only an inventory (status,
-logs, stop) does not import the playbook's sections and the agent defaults they take."""
+The configuration loader makes them (config/) and the transports connect to them (transport/): both stand on
+this module, which imports nothing of gpuops but the position a value was written at. The playbook's values
+are config/playbook_model.py's, so a command that reads only an inventory (status, logs, stop) does not
+import the playbook's sections and the agent defaults they take."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-from gpuops.errors import ConfigError, Mark
+from gpuops.position import Mark
 
 
 @dataclass(frozen=True)
@@ -56,5 +58,6 @@ class Inventory:
     targets: Mapping[str, Target]
     # group -> the names of its targets, its child groups' included (Ansible inventories; -t GROUP)
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    # target -> why it cannot be used (a Jinja template in its values): only that target fails, when used
-    broken: Mapping[str, ConfigError] = field(default_factory=lambda: MappingProxyType({}))
+    # target -> why it cannot be used (a Jinja template in its values): only that target fails, when used, with
+    # this error (a gpuops.errors.ConfigError, raised as it is)
+    broken: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
