@@ -71,7 +71,8 @@ def test_an_ended_run_shows_its_exit_code_and_ended() -> None:
     assert re.search(r"^gpuops_run_ended\{.*\} 1$", text, re.M)
     assert re.search(r'^gpuops_gpu_memory_used_bytes\{.*gpu="5",uuid="GPU-4b5d3c1e-[^"]+"\} 1513095168$', text, re.M)
     assert re.search(r'^gpuops_gpu_utilization_ratio\{.*gpu="5",.*\} 0.17$', text, re.M)
-    assert 'gpu="6"' not in text  # a GPU nvidia-smi said [N/A] for has no sample, never a 0
+    assert re.search(r'^gpuops_gpu_info\{.*gpu="6",uuid="GPU-0c1d[^"]+"\} 1$', text, re.M)
+    assert not re.search(r'^gpuops_gpu_memory_used_bytes\{.*gpu="6"', text, re.M)  # [N/A] is no sample, never a 0
 
 
 @needs_promtool

@@ -112,6 +112,8 @@ class GpuReading:
 
 
 GPU_FAMILIES: Tuple[GpuFamily, ...] = (
+    GpuFamily(Family("gpuops_gpu_info", "gauge",
+                     "A GPU of the run (always 1): joins DCGM's series on uuid (DCGM's UUID label)."), lambda g: 1),
     GpuFamily(Family("gpuops_gpu_memory_used_bytes", "gauge", "A run GPU's memory in use, as the watchdog sampled it."),
               lambda g: _mib(g.memory_used_mib)),
     GpuFamily(Family("gpuops_gpu_utilization_ratio", "gauge",
