@@ -34,15 +34,16 @@ from faults_35_notify import NOTIFY_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
-from gpuops.agent.detect.detectors import DEFAULTS, Baseline, Detectors
+from gpuops.agent.detect.detectors import Baseline, Detectors
 from gpuops.agent.run.history import runs as history
 from gpuops.agent.detect.profile import keep_profile, pick_baseline, run_digest
 from gpuops.agent.detect.telemetry import TelemetryLog
+from gpuops.agent.wire.watchfile import detectors
 
 Result = Tuple[str, bool]
 T0 = 1796120709.83
 COMPILED, EAGER, LEVEL = 505695.0, 98364.0, 1443
-CONFIG = {k: DEFAULTS[k] for k in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")}
+CONFIG = detectors({k: {} for k in ("throughput", "gpu_memory", "compile_after_warmup")})  # each with its defaults
 GOOD = Baseline("20261201-102500-3fa9c2", COMPILED, {5: float(LEVEL)}, "last")
 
 
@@ -52,7 +53,7 @@ def _simulate(det: Detectors, seconds: int, tp: Callable[[int], float | None], m
     for tick in range(seconds):
         value = tp(tick)
         if value is not None:
-            det.throughput(T0 + tick, value)
+            det.measure(T0 + tick, "throughput", str(value))
         if tick % 2 == 0:
             det.sample(T0 + tick, {5: (mib(tick), 17)})
             found += [f.rule for f in det.judge(T0 + tick)]

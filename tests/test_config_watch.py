@@ -9,9 +9,13 @@ import pytest
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
 from gpuops.config import load_playbook
-from gpuops.config.playbook_model import CompileAfterWarmup, GpuMemory, StallAuto, Throughput, Watch
+from gpuops.agent.wire.detector_list import DetectorSettings, by_key
+from gpuops.config.playbook_model import StallAuto, Watch
 
 LAUNCH = "launch: {session: s, command: c}\n"
+# The settings class of each detector (wire/detector_list.py makes them from each one's keys).
+Throughput, GpuMemory, CompileAfterWarmup = (by_key(k).settings for k in ("throughput", "gpu_memory",
+                                                                         "compile_after_warmup"))
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -30,7 +34,9 @@ def error(tmp_path: Path, text: str) -> str:
 def test_defaults_without_a_watch_section(tmp_path: Path) -> None:
     assert watch(tmp_path, "") == Watch(
         builtin=True, rules=(), stall_timeout=900.0, builtin_rules=(), stall_auto=None, sample_interval=2.0,
-        throughput=None, gpu_memory=GpuMemory(), compile_after_warmup=CompileAfterWarmup(), recompiles=False,
+        detectors=DetectorSettings((("throughput", None), ("gpu_memory", GpuMemory()),
+                          ("compile_after_warmup", CompileAfterWarmup()))),
+        recompiles=False,
     )
     assert GpuMemory().action == "warn" and CompileAfterWarmup().action == "warn"  # on by default
 
@@ -45,14 +51,17 @@ def test_the_contracts_quiet_failure_keys_load_with_the_values_written(tmp_path:
           compile_after_warmup: {settle: 120, action: abort}
         """)
     assert got.sample_interval == 3.0
-    assert got.throughput == Throughput(pattern=r"tok/s (\d+)", min_ratio=0.4, baseline=None, settle=90.0, window=45.0,
-                                        action="abort")
-    assert got.gpu_memory == GpuMemory(max_ratio=1.8, max_swing_mib=1024, settle=75.0, window=40.0, action="abort")
-    assert (got.compile_after_warmup.settle, got.compile_after_warmup.action) == (120.0, "abort")
+    assert got.detectors.of("throughput") == Throughput(pattern=r"tok/s (\d+)", min_ratio=0.4, baseline=None, settle=90.0,
+                                                        window=45.0, action="abort")
+    assert got.detectors.of("gpu_memory") == GpuMemory(max_ratio=1.8, max_swing_mib=1024, settle=75.0, window=40.0,
+                                                       action="abort")
+    compile_after_warmup = got.detectors.of("compile_after_warmup")
+    assert (compile_after_warmup.settle, compile_after_warmup.action) == (120.0, "abort")
     # and none of them is what the section would be without these keys
     default = watch(tmp_path, "watch: {throughput: {pattern: 'tok/s (\\d+)'}}")
-    assert got.sample_interval != default.sample_interval and got.throughput != default.throughput
-    assert got.gpu_memory != default.gpu_memory and got.compile_after_warmup != default.compile_after_warmup
+    assert got.sample_interval != default.sample_interval
+    for key in ("throughput", "gpu_memory", "compile_after_warmup"):
+        assert got.detectors.of(key) != default.detectors.of(key), key
 
 
 def test_every_key_set(tmp_path: Path) -> None:
@@ -69,9 +78,9 @@ def test_every_key_set(tmp_path: Path) -> None:
         """)
     assert got.builtin_rules == (("recompile-limit", "abort"), ("cuda-oom", "warn"), ("segfault", "off"))
     assert (got.stall_timeout, got.stall_auto) == (600.0, StallAuto(floor=10, factor=3.5, settle=20, initial=600))
-    assert got.throughput == Throughput(r"([0-9.]+) it/s", 0.25, 1800.0, 5.0, 1.0, "abort")
-    assert got.gpu_memory == GpuMemory(2.0, 512, 40960.5, 1.0, 1.0, "abort")
-    assert got.compile_after_warmup == CompileAfterWarmup(5.0, "abort", "/scratch/inductor")
+    assert got.detectors.of("throughput") == Throughput(r"([0-9.]+) it/s", 0.25, 1800.0, 5.0, 1.0, "abort")
+    assert got.detectors.of("gpu_memory") == GpuMemory(2.0, 512, 40960.5, 1.0, 1.0, "abort")
+    assert got.detectors.of("compile_after_warmup") == CompileAfterWarmup(5.0, "abort", "/scratch/inductor")
     assert got.sample_interval == 0.5 and got.recompiles is True
 
 
@@ -83,16 +92,17 @@ def test_stall_timeout_auto_alone_takes_the_auto_defaults(tmp_path: Path) -> Non
 
 def test_detectors_switched_off_with_false(tmp_path: Path) -> None:
     got = watch(tmp_path, "watch: {gpu_memory: false, compile_after_warmup: false}\n")
-    assert got.gpu_memory == GpuMemory(action="off") and got.compile_after_warmup == CompileAfterWarmup(action="off")
-    assert watch(tmp_path, "watch: {gpu_memory: true}\n").gpu_memory == GpuMemory()
+    assert got.detectors.of("gpu_memory") == GpuMemory(action="off")
+    assert got.detectors.of("compile_after_warmup") == CompileAfterWarmup(action="off")
+    assert watch(tmp_path, "watch: {gpu_memory: true}\n").detectors.of("gpu_memory") == GpuMemory()
 
 
 def test_the_inductor_cache_defaults_to_the_playbooks_torchinductor_cache_dir(tmp_path: Path) -> None:
     from_env = watch(tmp_path, "env: {TORCHINDUCTOR_CACHE_DIR: /cache/ind}\n")
-    assert from_env.compile_after_warmup.cache_dir == "/cache/ind"
+    assert from_env.detectors.of("compile_after_warmup").cache_dir == "/cache/ind"
     explicit = "env: {TORCHINDUCTOR_CACHE_DIR: /cache/ind}\nwatch: {compile_after_warmup: {cache_dir: /mine}}\n"
-    assert watch(tmp_path, explicit).compile_after_warmup.cache_dir == "/mine"
-    assert watch(tmp_path, "").compile_after_warmup.cache_dir is None  # the target's /tmp/torchinductor_<user>
+    assert watch(tmp_path, explicit).detectors.of("compile_after_warmup").cache_dir == "/mine"
+    assert watch(tmp_path, "").detectors.of("compile_after_warmup").cache_dir is None  # the target's /tmp/torchinductor_<user>
 
 
 @pytest.mark.parametrize(
@@ -188,7 +198,7 @@ def test_a_window_must_span_two_samples(tmp_path: Path) -> None:
         "at least two samples, or one odd sample would decide; set watch.throughput.window to 40 or more"
     )
     off = watch(tmp_path, "watch: {sample_interval: 20, gpu_memory: {window: 5, action: off}}\n")
-    assert off.gpu_memory.action == "off"  # a detector that is off judges nothing
+    assert off.detectors.of("gpu_memory").action == "off"  # a detector that is off judges nothing
 
 
 def test_risky_patterns_are_validate_warnings_at_the_pattern(tmp_path: Path) -> None:

@@ -13,17 +13,19 @@ from typing import Callable, List, Optional, Tuple
 
 import pytest
 
-from gpuops.agent.detect.detectors import DEFAULTS, MIN_FIGURES, Baseline, Detectors, Finding
+from gpuops.agent.detect.detectors import MIN_FIGURES, Baseline, Detectors, Finding
 from gpuops.agent.detect.profile import find_baseline, keep_profile
 from gpuops.agent.detect.telemetry import TelemetryLog
 from gpuops.agent.detect.throughput import Figures
+from gpuops.agent.wire.watchfile import detectors
 
 T0 = 1796120709.83
 COMPILED, EAGER, SLOWER = 505695.0, 98364.0, 470000.0
 LEVEL, EAGER_LEVEL = 1443, 6249
 GOOD = Baseline("20261201-102500-3fa9c2", COMPILED, {5: float(LEVEL), 6: float(LEVEL), 7: float(LEVEL)}, "last")
-CONFIG = {k: DEFAULTS[k] for k in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")}
-COMPILE_ONLY = {"compile_after_warmup": {}}
+ALL = {k: {} for k in ("throughput", "gpu_memory", "compile_after_warmup")}  # each with its defaults
+CONFIG = detectors(ALL)
+COMPILE_ONLY = detectors({"compile_after_warmup": {}})
 SETTLE, WINDOW, INTERVAL = 60.0, 30.0, 2.0
 
 Curve = Callable[[float], Optional[float]]
@@ -37,7 +39,7 @@ def simulate(det: Detectors, seconds: float, tp: Curve, memory: Callable[[float]
         t = T0 + tick
         value = tp(tick)
         if value is not None:
-            det.throughput(t, value)
+            det.measure(t, "throughput", str(value))
         if tick % int(INTERVAL) == 0:
             det.sample(t, {g: (memory(tick), 17) for g in gpus})
             found += [(tick, f) for f in det.judge(t)]
@@ -176,10 +178,10 @@ def test_recompiling_lines_after_settle_are_a_compile_after_warmup() -> None:
     line = ("V1201 10:25:09.832000 434 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling function "
             "flex_attention in .../torch/nn/attention/flex_attention.py:1468")
     det = Detectors(COMPILE_ONLY, None, T0)
-    det.recompile(T0 + 20, line)  # during settle
-    det.recompile(T0 + 20, "step 10 tok/s 505695")
+    det.measure(T0 + 20, "recompiles", line)  # during settle
+    det.measure(T0 + 20, "recompiles", "step 10 tok/s 505695")
     assert det.judge(T0 + 70) == []
-    det.recompile(T0 + 75, line)
+    det.measure(T0 + 75, "recompiles", line)
     (finding,) = det.judge(T0 + 76)
     assert finding.figures["functions"] == ["flex_attention"] and "recompiled flex_attention" in finding.message
 
@@ -198,7 +200,7 @@ def test_no_false_alarm_over_20_good_runs_each_judged_by_the_previous_ones_profi
         found = good_run(run, det, rng)
         assert rules(found) == (["no-baseline"] if n == 0 else []), (n, [f.message for _, f in found])
         (run / "exit_code").write_text("0\n")
-        profile = keep_profile(str(run), figure_rate=det.figure_rate())
+        profile = keep_profile(str(run), **det.profile())
         assert profile["throughput"]["figures_per_s"] == 1.0  # a figure every second
         previous = run_id
 
@@ -209,7 +211,7 @@ def good_run(run: Path, det: Detectors, rng: random.Random) -> List[Tuple[float,
     for tick in range(600):
         t = T0 + tick
         value = COMPILED * rng.uniform(0.9, 1.1)
-        det.throughput(t, value)
+        det.measure(t, "throughput", str(value))
         figures.add(value)
         if tick % 2 == 0:
             gpus = {g: (int(LEVEL * rng.uniform(0.9, 1.1)), 17) for g in (5, 6, 7)}
@@ -260,7 +262,7 @@ def test_an_excursion_whose_way_out_left_the_window_is_no_jump(seconds: int) -> 
 
 
 def test_a_2_s_excursion_in_a_6_s_window_sampled_twice_a_second_is_no_volatility() -> None:
-    config = {**CONFIG, "gpu_memory": {**DEFAULTS["gpu_memory"], "window": 6, "settle": 10}}
+    config = detectors({**ALL, "gpu_memory": {"window": 6, "settle": 10}})
     det, found = Detectors(config, GOOD, T0), []
     for tick in range(400):
         t = T0 + tick / 2

@@ -19,6 +19,7 @@ from bench.hook import Hook
 from bench.playbooks import playbook_error, write_playbook
 from gpuops.agent.notify import deliver, outbox, payload, sender
 from gpuops.agent.wire.masking import Masker
+from gpuops.agent.wire.watchfile import parse
 from gpuops.cli.json_schema import schema
 from gpuops.config import load_playbook
 
@@ -95,7 +96,7 @@ FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynam
 def test_an_aborted_and_an_ended_payload_validate_and_say_what_happened_where_and_what_to_do(tmp_path: Path) -> None:
     d = run_dir(tmp_path, abort={"reason": "match", "rule": "fx-tracing-race", "by": "watchdog",
                                  "excerpt": "Traceback (most recent call last):\n" + FX}, exit_code="130\n")
-    cfg = {"restart": None}
+    cfg = parse({"restart": None})
     aborted = payload.build(str(d), cfg, "aborted", {"reason": "match", "rule": "fx-tracing-race"})
     validate(aborted)
     assert (aborted["what"], aborted["outcome"], aborted["exit_code"], aborted["rule"]) == (
@@ -115,10 +116,10 @@ def test_an_aborted_and_an_ended_payload_validate_and_say_what_happened_where_an
 
 def test_a_success_a_warning_a_stall_and_a_test_validate(tmp_path: Path) -> None:
     d = run_dir(tmp_path, exit_code="0\n")
-    ok = payload.build(str(d), {}, "ended", {})
+    ok = payload.build(str(d), parse({}), "ended", {})
     assert (ok["outcome"], ok["exit_code"], ok["rule"]) == ("succeeded", 0, None) and "SUCCEEDED" in ok["text"]
-    warned = payload.build(str(d), {}, "warned", {"rule": "loss-nan", "action": "warn", "excerpt": "loss nan"})
-    stalled = payload.build(str(d), {}, "stalled", {"seconds": 900})
+    warned = payload.build(str(d), parse({}), "warned", {"rule": "loss-nan", "action": "warn", "excerpt": "loss nan"})
+    stalled = payload.build(str(d), parse({}), "stalled", {"seconds": 900})
     for obj in (ok, warned, stalled, payload.test_payload("notify-test-abc123", "ct200", "dflash")):
         validate(obj)
     assert payload.what_of("match", {"action": "abort"}) is None and payload.what_of("match", {"action": "warn"})
@@ -266,10 +267,10 @@ def test_ended_says_why_the_restart_it_waited_for_never_ran_and_a_line_is_printa
     held = "the GPUs did not drain after attempt 1 ended (GPU 5 held by pids [4242])"
     (d / "attempt.json").write_text(json.dumps({"attempt": 2, "max_attempts": 3, "state": "running",
                                                 "start_failed": held}))
-    ended = payload.build(str(d), {"restart": {"max": 2}}, "ended", {})
+    ended = payload.build(str(d), parse({"restart": {"max": 2}}), "ended", {})
     validate(ended)
     assert ended["restart_failed"] == "attempt 2 could not start: " + held and held in ended["text"], ended
-    warned = payload.build(str(d), {}, "warned", {"rule": "loss-nan", "action": "warn",
+    warned = payload.build(str(d), parse({}), "warned", {"rule": "loss-nan", "action": "warn",
                                                   "line": "loss \x00 nan\x1b]0;owned\x07"})
     assert "loss \\x00 nan\\x1b]0;owned\\x07" in warned["text"], warned["text"]
 

@@ -11,6 +11,7 @@ from gpuops.agent.detect.detectors import Baseline
 from gpuops.agent.detect.profile import (baseline_from_config, build_profile, find_baseline, keep_profile,
                                    pick_baseline, run_digest, weighted_median)
 from gpuops.agent.wire.records import PROFILE, read_json
+from gpuops.agent.wire.watchfile import detectors
 from gpuops.agent.detect.telemetry import TelemetryLog
 
 START = "2026-12-01T10:25:00Z"
@@ -99,14 +100,16 @@ def test_the_baseline_is_the_newest_succeeded_run_of_the_playbook(tmp_path: Path
 
 def test_playbook_numbers_win_and_the_last_run_fills_the_rest() -> None:
     last = Baseline("20261201-102500-aaaaaa", COMPILED, {5: 1443.0, 6: 1450.0}, "last")
-    mixed = baseline_from_config({"throughput": {"baseline": 500000}, "gpu_memory": {"baseline": "last"}}, last, [5, 6])
+    mixed = baseline_from_config(detectors({"throughput": {"baseline": 500000}, "gpu_memory": {"baseline": "last"}}), last,
+                                 [5, 6])
     assert mixed == Baseline("20261201-102500-aaaaaa", 500000.0, {5: 1443.0, 6: 1450.0}, "playbook+last")
-    given = baseline_from_config({"throughput": {"baseline": 500000}, "gpu_memory": {"baseline": 1443}}, last, [5, 6])
+    given = baseline_from_config(detectors({"throughput": {"baseline": 500000}, "gpu_memory": {"baseline": 1443}}), last,
+                                 [5, 6])
     assert given == Baseline(None, 500000.0, {5: 1443.0, 6: 1443.0}, "playbook")
-    per_gpu = baseline_from_config({"gpu_memory": {"baseline": {"5": 1443}}}, None, [5])
+    per_gpu = baseline_from_config(detectors({"gpu_memory": {"baseline": {"5": 1443}}}), None, [5])
     assert per_gpu == Baseline(None, None, {5: 1443.0}, "playbook")
-    assert baseline_from_config({"throughput": {"baseline": "last"}}, last) == last
-    assert baseline_from_config({"throughput": {"baseline": "last"}}, None) is None
+    assert baseline_from_config(detectors({"throughput": {"baseline": "last"}}), last) == last
+    assert baseline_from_config(detectors({"throughput": {"baseline": "last"}}), None) is None
 
 
 def test_weighted_median() -> None:

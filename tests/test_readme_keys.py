@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.agent.wire.detector_list import DETECTORS
 from gpuops.config import inventory, notify_keys, playbook, watch
 from gpuops.config import restart_keys as restart
 from gpuops.config import torchrun_keys as torchrun
@@ -42,9 +43,8 @@ def playbook_keys() -> list[str]:
     keys = [k for k in playbook.PLAYBOOK_KEYS if k not in PLAYBOOK_SECTIONS or k == "restart"]
     for section, names in (("preflight", playbook.PREFLIGHT_KEYS), ("warmup", playbook.WARMUP_KEYS),
                            ("launch", playbook.LAUNCH_KEYS), ("launch.torchrun", torchrun.TORCHRUN_KEYS),
-                           ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS),
-                           ("watch.throughput", watch.THROUGHPUT_KEYS), ("watch.gpu_memory", watch.GPU_MEMORY_KEYS),
-                           ("watch.compile_after_warmup", watch.COMPILE_KEYS), ("restart", restart.RESTART_KEYS)):
+                           ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS), ("restart", restart.RESTART_KEYS),
+                           *((f"watch.{d.key}", tuple(k.name for k in d.keys)) for d in DETECTORS)):
         keys += [f"{section}.{k}" for k in names]
     return keys
 

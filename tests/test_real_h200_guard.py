@@ -15,6 +15,7 @@ from gpuops.agent.watch.ruleset import build_matcher
 from gpuops.agent.watch.supervise import done
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.records import outcome, read_json, read_text
+from gpuops.agent.wire.watchfile import parse
 from gpuops.client.runs import RunInfo
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "guard"
@@ -99,6 +100,6 @@ def test_without_the_backward_hold_the_module_run_deadlocked_as_its_stacks_show(
 
 def test_the_logs_match_nothing_fatal_in_the_runs_that_completed() -> None:
     for case in ("guard", "module", "restart"):
-        matcher = build_matcher(json.loads((REAL / case / "watch.json").read_text()))
+        matcher = build_matcher(parse(json.loads((REAL / case / "watch.json").read_text())))
         hits = matcher.feed((REAL / case / "log").read_bytes()) + matcher.finish()
         assert [h.rule for h in hits if h.action == "abort"] == [], case

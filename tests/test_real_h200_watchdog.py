@@ -21,6 +21,7 @@ from gpuops.agent.wire.records import outcome, read_json
 from gpuops.agent.watch.stall import StallClock
 from gpuops.agent.detect.telemetry import parse_lines
 from gpuops.agent.watch.ruleset import build_matcher, stall_config
+from gpuops.agent.wire.watchfile import detectors, parse
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "watchdog"
 DETECTORS = {"throughput-drop", "gpu-memory-shift", "gpu-memory-volatile", "compile-after-warmup"}
@@ -59,7 +60,7 @@ def stopped_by(case: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any
 
 @pytest.mark.parametrize("case", ["baseline", "eager", "eager-race", "compile", "detach", "deadlock"])
 def test_the_log_replayed_through_the_matcher_gives_the_watchdogs_matches(case: str) -> None:
-    cfg = load(case, "watch.json")
+    cfg = parse(load(case, "watch.json"))
     matcher = build_matcher(cfg)
     hits = matcher.feed((REAL / case / "log").read_bytes()) + matcher.finish()
     recorded = [(e["rule"], e["line_number"]) for e in events(case) if e["rule"] not in DETECTORS]
@@ -76,15 +77,14 @@ def test_the_compiled_baseline_ran_to_the_end_with_no_alarm_and_kept_its_profile
 
 def replay_detectors(case: str, baseline_case: str) -> list[Any]:
     """The case's GPU samples and throughput figures fed to the detectors, judged at every sample."""
-    cfg = load(case, "watch.json")
+    cfg = parse(load(case, "watch.json"))
     samples = parse_lines((REAL / case / "samples.jsonl").read_text())
     baseline = baseline_from_profile(load(baseline_case, "profile.json"))
-    det = Detectors({k: cfg.get(k) for k in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")},
-                    baseline, samples[0].t - 1.0)
+    det = Detectors(cfg.detectors, baseline, samples[0].t - 1.0)
     found = []
     for s in samples:
         if s.throughput is not None:
-            det.throughput(s.t, s.throughput)
+            det.measure(s.t, "throughput", str(s.throughput))
         det.sample(s.t, s.gpus)
         found += det.judge(s.t)
     return found
@@ -122,7 +122,7 @@ def test_shapes_the_warmup_missed_are_compile_after_warmup() -> None:
     assert found["figures"]["measured"] > 0 and found["action"] == "warn"
     assert any(x.startswith(("fxgraph/", "triton/", "aotautograd/")) or "/" in x for x in found["figures"]["examples"])
     cfg = load("compile", "watch.json")
-    det = Detectors({k: cfg.get(k) for k in ("compile_after_warmup", "sample_interval")}, None, 0.0)
+    det = Detectors(detectors({"compile_after_warmup": cfg["compile_after_warmup"]}), None, 0.0)
     det.cache_files(cfg["compile_after_warmup"]["settle"] + 1, found["figures"]["measured"], found["figures"]["examples"])
     assert [f.rule for f in det.judge(cfg["compile_after_warmup"]["settle"] + 1)] == ["compile-after-warmup"]
 
@@ -140,6 +140,6 @@ def test_a_cold_cache_compile_in_three_threads_that_hangs_is_stopped_as_a_stall(
     record = load("deadlock", "abort.json")
     assert (record["reason"], record["by"]) == ("stall", "watchdog")
     assert load("deadlock", "summary.json")["exit_code"] == 8
-    timeout, auto = stall_config(load("deadlock", "watch.json"))
+    timeout, auto = stall_config(parse(load("deadlock", "watch.json")))
     clock = StallClock(timeout, auto, 0.0)  # the log never grew: no training step was ever printed
     assert not clock.stalled(record["seconds"] - 1) and clock.stalled(record["seconds"])

@@ -41,13 +41,14 @@ def test_the_contracts_example_loads(tmp_path: Path) -> None:
 
 
 def test_compile_guard_defaults_to_launchs_in_watch_json(tmp_path: Path) -> None:
-    from gpuops.client.runspec import restart_config
+    from gpuops.agent.wire.watchfile import compose, parse
+    from gpuops.client.runspec import plain, restart_config
 
     class Job:  # restart_config reads only the playbook
         playbook = load_playbook(write(tmp_path, "restart: {max: 1, on: [stall]}\n"), environ={})
 
-    assert restart_config(Job()) == {"max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0,
-                                     "warmup": False, "warmup_spec": None}
+    assert compose(parse({"restart": plain(restart_config(Job()))}))["restart"] == {
+        "max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0, "warmup": False, "warmup_spec": None}
 
 
 @pytest.mark.parametrize(
@@ -85,10 +86,11 @@ def test_a_bad_restart_section_exits_2_through_validate(tmp_path: Path) -> None:
 def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guard_and_restarts_on() -> None:
     import re
 
-    from gpuops.agent.detect import detectors
+    from gpuops.agent.detect.compile_after_warmup import COMPILE_ADVICE
+    from gpuops.agent.detect.judge import EAGER_ADVICE
     from gpuops.agent.signatures.rules import advice
 
-    for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), detectors.EAGER_ADVICE, detectors.COMPILE_ADVICE):
+    for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), EAGER_ADVICE, COMPILE_ADVICE):
         assert text and "launch.compile_guard: true" in text and "restart:" in text and "compile_guard: true}" in text
         # No advice names a PyTorch version nobody verified (the old "torch >= 2.14" was one).
         assert not re.search(r"torch\s*[<>=]+\s*\d|\b2\.1\d\b", text), text

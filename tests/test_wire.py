@@ -219,7 +219,8 @@ def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json
 
 def test_watch_json_defaults_are_spelled_once() -> None:
     """The abort's grace, its signal, the stall timeout, the sample interval and the drain's memory
-    threshold come from gpuops/agent/wire/watchfile.py; no other module spells them as a literal default."""
+    threshold come from gpuops/agent/wire/watchfile.py (a detector's window from its entry in
+    gpuops/agent/wire/detector_list.py); no other module spells them as a literal default."""
     import re
 
     from gpuops.agent.wire import watchfile
@@ -230,11 +231,13 @@ def test_watch_json_defaults_are_spelled_once() -> None:
                 r"""max_memory_used_mib["'],\s*500""", r"max_memory_used_mib:\s*int\s*=\s*5", r"signal:\s*str\s*=\s*[\"']",
                 r"""["']window["'],\s*30"""]
     found = [f"{path.relative_to(REPO)}: {pattern}" for path in sorted((REPO / "gpuops").rglob("*.py"))
-             if path.name != "watchfile.py" for pattern in literals if re.search(pattern, path.read_text())]
+             if path.name not in ("watchfile.py", "detector_list.py")
+             for pattern in literals if re.search(pattern, path.read_text())]
     assert found == []
     assert (model.Abort().grace, model.Abort().signal, model.Watch().stall_timeout, model.Watch().sample_interval) == (
         watchfile.ABORT_GRACE, watchfile.ABORT_SIGNAL, watchfile.STALL_TIMEOUT, watchfile.SAMPLE_INTERVAL)
-    assert watchfile.abort_settings({}) == ("INT", 30.0) and watchfile.stall_settings({}) == (900.0, None)
+    older = watchfile.parse({})  # a watch.json without the keys
+    assert (older.abort.signal, older.abort.grace) == ("INT", 30.0) and (older.stall.timeout, older.stall.auto) == (900.0, None)
 
 
 def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:
@@ -250,3 +253,21 @@ def test_every_json_object_the_cli_prints_carries_the_schema_version() -> None:
     objs = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [o["event"] for o in objs] == ["started", "summary"]
     assert all(o["schema_version"] == p.SCHEMA_VERSION for o in objs)
+
+
+def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_for_what_it_lacks() -> None:
+    """A run launched by an earlier gpuops is still watched after an upgrade: its watch.json (the real H200
+    runs', written before restarts, stacks, notifications and the schema version) is read once into the
+    typed config; what it lacks gets its default, and composing it again gives the same record."""
+    from gpuops.agent.wire import watchfile
+
+    old = json.loads((REPO / "tests/data/real_h200/watchdog/eager/watch.json").read_text())
+    assert not {"schema_version", "restart", "stacks", "notify"} & set(old)
+    cfg = watchfile.parse(old)
+    assert (cfg.session, cfg.gpus, cfg.abort.grace, cfg.stall.timeout, cfg.sample_interval) == ("real-eager", (0,), 15.0,
+                                                                                                300.0, 1.0)
+    assert (cfg.restart, cfg.max_attempts, cfg.stacks, cfg.notify, cfg.job) == (None, 1, "on_stall", (), None)
+    throughput = cfg.detectors.of("throughput")
+    assert (throughput.pattern, throughput.action, throughput.window) == (r"tok/s (\d+)", "abort", 10.0)
+    assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
+                            "notify": []}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.agent.notify.payload import TEST as NOTIFY_TEST, WHATS as NOTIFY_WHATS
-from gpuops.agent.wire.protocol import SCHEMA_VERSION, WATCHDOG_NOTES, RunState
+from gpuops.agent.wire.detector_list import DETECTORS, notes as detector_notes, rules as detector_rules
+from gpuops.agent.wire.protocol import NOTIFY_TEST, NOTIFY_WHATS, SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
 Schema = dict[str, Any]
 
@@ -97,6 +97,11 @@ SHAPES: dict[str, Schema] = {
     "stack_process": closed({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
                              "attempt": I, "error": S}, ("pid", "file", "threads", "via")),
     "job_node": closed({"node": S, "node_rank": I, "outcome": S, "exit_code": opt(EXIT)}, ("node", "node_rank", "outcome")),
+    # The quiet-failure detectors' rules (a `match` with `figures`, a run's `findings`) and notes (a `watchdog`
+    # `note`), from gpuops/agent/wire/detector_list.py: each names its playbook key under watch:.
+    "detector_rule": {"enum": list(detector_rules()), "description": "; ".join(
+        f"{', '.join(d.rules)}: watch.{d.key}, {d.doc}" for d in DETECTORS)},
+    "detector_note": {"enum": list(detector_notes())},
 }
 
 #: Each event kind's own fields (beside COMMON) and the ones it always has.
@@ -180,7 +185,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "run": ({
         "playbook": opt(S), "session": opt(S), "started": opt(S), "ended": opt(S), "duration_s": opt(N),
         "warmup_seconds": by_gpu(N), "outcome": S, "exit_code": opt(EXIT), "command_exit_code": opt(I),
-        "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(S), "error": opt(S),
+        "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(ref("detector_rule")), "error": opt(S),
         "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
         "job": opt(OBJ),
     }, ("run", "outcome", "exit_code", "command_exit_code")),

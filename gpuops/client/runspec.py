@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gpuops.agent.wire import watchfile
+from gpuops.agent.wire.detector_list import DetectorSettings
 from gpuops.command import Secret, Script, export
 from gpuops.client.job import Job, holder_id
 from gpuops.client.runs import dumps
@@ -89,40 +90,35 @@ def plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-def _detector(value: Any) -> Any:
-    """A detector's settings, or None when it is off."""
-    settings = plain(value)
-    if not settings or settings.get("action") == "off":
-        return None
-    return settings
+def _detectors(detectors: DetectorSettings) -> DetectorSettings:
+    """The playbook's detectors as watch.json carries them: one turned off is absent (None)."""
+    return DetectorSettings(tuple((key, None if settings is None or settings.action == "off" else settings)
+                        for key, settings in detectors.settings))
 
 
-def watch_config(job: Job, run_id: str) -> dict[str, Any]:
+def watch_config(job: Job, run_id: str) -> watchfile.WatchConfig:
     """watch.json: everything the watchdog (or a client taking over) needs to watch and stop the run."""
     pb, w = job.playbook, job.playbook.watch
-    env = {v.name: v.value for v in pb.env if not v.secret}
-    return watchfile.compose(
+    return watchfile.WatchConfig(
         run=run_id,
         playbook=pb.name,
         session=job.session,
-        gpus=list(job.run_gpus),
+        gpus=tuple(job.run_gpus),
         max_memory_used_mib=pb.preflight.max_memory_used_mib,
-        abort={"signal": pb.abort.signal, "grace": pb.abort.grace},
+        abort=watchfile.Abort(pb.abort.signal, pb.abort.grace),
         builtin=w.builtin,
-        builtin_rules=dict(w.builtin_rules or ()),
-        rules=[{"name": r.name, "pattern": r.pattern, "action": r.action} for r in w.rules],
-        stall={"timeout": w.stall_timeout, "auto": plain(w.stall_auto)},
+        builtin_rules=tuple(w.builtin_rules or ()),
+        rules=tuple(watchfile.Rule(r.name, r.pattern, r.action) for r in w.rules),
+        stall=watchfile.Stall(w.stall_timeout, plain(w.stall_auto)),
         sample_interval=w.sample_interval,
-        throughput=_detector(w.throughput),
-        gpu_memory=_detector(w.gpu_memory),
-        compile_after_warmup=_detector(w.compile_after_warmup),
+        detectors=_detectors(w.detectors),
         recompiles=w.recompiles,
-        env=env,
-        secrets=list(pb.secrets),
+        env={v.name: v.value for v in pb.env if not v.secret},
+        secrets=tuple(pb.secrets),
         restart=restart_config(job),
         stacks=w.stacks,
-        notify=notify_config(job),
-        job=job.node.watch() if job.node is not None else None,
+        notify=tuple(notify_config(job)),
+        job=watchfile.Job(**job.node.watch()) if job.node is not None else None,
     )
 
 
@@ -133,7 +129,7 @@ def notify_config(job: Job) -> list[dict[str, Any]]:
             for c in job.playbook.notify]
 
 
-def restart_config(job: Job) -> dict[str, Any] | None:
+def restart_config(job: Job) -> watchfile.Restart | None:
     """watch.json's `restart`: what the watchdog needs to start training again (None: no restarts)."""
     pb = job.playbook
     r = pb.restart
@@ -141,17 +137,16 @@ def restart_config(job: Job) -> dict[str, Any] | None:
         return None
     guard = r.compile_guard if r.compile_guard is not None else bool(getattr(pb.launch, "compile_guard", False))
     warm = pb.warmup if r.warmup else None
-    return {
-        "max": r.max, "on": list(r.on), "compile_guard": guard, "delay": r.delay, "warmup": warm is not None,
-        "warmup_spec": None if warm is None else {
-            "gpus": list(warm.gpus), "command": warm.command, "timeout": warm.timeout, "drain_timeout": warm.drain_timeout},
-    }
+    return watchfile.Restart(
+        max=r.max, on=tuple(r.on), compile_guard=guard, delay=r.delay, warmup=warm is not None,
+        warmup_spec=None if warm is None else watchfile.Warmup(tuple(warm.gpus), warm.command, warm.timeout,
+                                                               warm.drain_timeout))
 
 
 def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
     """The JSON document `prepare` reads on stdin; `shown`: as a dry run prints it, every secret masked
     before it is quoted or JSON-escaped (either respells a value holding ' or ")."""
-    watch = watch_config(job, run_id)
+    watch = watchfile.compose(watch_config(job, run_id))
     env = env_script(job).render(display=shown, mask=job.mask if shown else None) + "\n"
     command = job.playbook.launch.command
     again = job.playbook.restart.command if job.playbook.restart is not None and watch["restart"] else None

@@ -71,11 +71,13 @@ def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
         if run is None or not run.samples_text or not s.alive:
             continue
         from gpuops.agent.detect.telemetry import parse_lines  # only where a live run has samples
+        from gpuops.agent.wire.detector_list import by_key
 
         samples = parse_lines(run.samples_text)
         if samples:
             recent = [x for x in samples if x.t >= samples[-1].t - HISTORY_SECONDS]
-            swing = float(((run.watchdog or {}).get("telemetry") or {}).get("max_swing_mib") or 2048)
+            default = by_key("gpu_memory").key_of("max_swing_mib").default  # an older watchdog's heartbeat lacks it
+            swing = float(((run.watchdog or {}).get("telemetry") or {}).get("max_swing_mib") or default)
             for gpu in sorted({g for x in recent for g in x.gpus}):
                 out[gpu] = ([x.memory(gpu) for x in recent], swing)
     return out

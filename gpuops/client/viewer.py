@@ -40,7 +40,7 @@ def build_matcher(job: Job, start_offset: int = 0) -> Any:
 
 
 def _hit_data(hit: Any, by: str) -> dict[str, Any]:
-    from gpuops.agent.signatures.rules import advice
+    from gpuops.agent.wire.builtin_rules import advice
 
     tip = advice(hit.rule)
     return {"rule": hit.rule, "action": hit.action, "description": hit.description, "line": hit.line,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Mapping as Env
 
-from gpuops.agent.notify.payload import DEFAULT_ON, WHATS
 from gpuops.agent.notify.webhook import split_url
+from gpuops.agent.wire.protocol import NOTIFY_DEFAULT_ON as DEFAULT_ON, NOTIFY_WHATS as WHATS
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Channel
 from gpuops.config.yamlpos import Node, Scalar

@@ -1,5 +1,6 @@
 """The playbook as validated values (preflight, warmup, launch, watch, restart, abort): what the rest of gpuops
-reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/wire/watchfile.py, spelled there once."""
+reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/wire/watchfile.py, spelled there once
+(the detectors': gpuops/agent/wire/detector_list.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuops.agent.wire import watchfile as wf
+from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.errors import Mark
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -81,39 +83,6 @@ class StallAuto:
 
 
 @dataclass(frozen=True)
-class Throughput:
-    """throughput-drop: the median figure over `window` below min_ratio x baseline."""
-
-    pattern: str  # a Python regex; its first group is the figure
-    min_ratio: float = wf.THROUGHPUT["min_ratio"]
-    baseline: float | None = None  # None: the last successful run of this playbook on this target
-    settle: float = wf.THROUGHPUT["settle"]  # seconds after training starts before judging
-    window: float = wf.THROUGHPUT["window"]
-    action: Literal["warn", "abort"] = wf.THROUGHPUT["action"]
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """gpu-memory-shift (steady level vs baseline, either way) and gpu-memory-volatile (max - min over window)."""
-
-    max_ratio: float = wf.GPU_MEMORY["max_ratio"]
-    max_swing_mib: int = wf.GPU_MEMORY["max_swing_mib"]
-    baseline: float | None = None  # MiB; None: the last successful run of this playbook on this target
-    settle: float = wf.GPU_MEMORY["settle"]
-    window: float = wf.GPU_MEMORY["window"]
-    action: Literal["warn", "abort", "off"] = wf.GPU_MEMORY["action"]
-
-
-@dataclass(frozen=True)
-class CompileAfterWarmup:
-    """compile-after-warmup: new files in the inductor cache after training started (warmup missed a shape)."""
-
-    settle: float = wf.COMPILE_AFTER_WARMUP["settle"]
-    action: Literal["warn", "abort", "off"] = wf.COMPILE_AFTER_WARMUP["action"]
-    cache_dir: str | None = None  # None: /tmp/torchinductor_<user> on the target; env TORCHINDUCTOR_CACHE_DIR fills it
-
-
-@dataclass(frozen=True)
 class Watch:
     builtin: bool = True
     rules: tuple[RuleSpec, ...] = ()
@@ -121,9 +90,10 @@ class Watch:
     builtin_rules: tuple[tuple[str, str], ...] = ()  # (built-in rule name, abort | warn | off), as written
     stall_auto: StallAuto | None = None  # set when stall_timeout: auto
     sample_interval: float = wf.SAMPLE_INTERVAL  # seconds between GPU samples
-    throughput: Throughput | None = None
-    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
-    compile_after_warmup: CompileAfterWarmup = field(default_factory=CompileAfterWarmup)
+    # Each quiet-failure detector's settings (None: absent; action off: turned off), as its entry in
+    # gpuops/agent/wire/detector_list.py declares them; the ones on by default are on.
+    detectors: DetectorSettings = field(default_factory=lambda: DetectorSettings(tuple(
+        (spec.key, spec.defaults() if spec.default_on else None) for spec in DETECTORS)))
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
     stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from gpuops.agent.wire import builtin_rules as builtin
+from gpuops.agent.wire.detector_list import restartable
+from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Restart, Watch
 from gpuops.config.yamlpos import Node
@@ -14,12 +17,7 @@ MAX_DELAY = 3600  # seconds between attempts at most: the run holds its GPUs (an
 
 def known_names(watch: Watch) -> tuple[str, ...]:
     """What `restart.on` may name: the built-in rules, the playbook's rules, the detectors, stall, failed."""
-    from gpuops.agent.detect import detectors
-    from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
-    from gpuops.agent.signatures.matcher import builtin_rules
-
-    found = [r.name for r in builtin_rules()] + [r.name for r in watch.rules]
-    found += [detectors.THROUGHPUT_DROP, detectors.MEMORY_SHIFT, detectors.MEMORY_VOLATILE, detectors.COMPILE_AFTER_WARMUP]
+    found = list(builtin.names()) + [r.name for r in watch.rules] + list(restartable())
     return tuple(dict.fromkeys(found + [RESTART_STALL, RESTART_FAILED]))
 
 
@@ -62,10 +60,6 @@ def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = 
 
 def _never_ends(name: str, watch: Watch) -> str | None:
     """Why this rule cannot end an attempt (it only warns, or it is off), or None."""
-    from gpuops.agent.detect import detectors
-    from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
-    from gpuops.agent.signatures.matcher import builtin_rules
-
     if name == RESTART_STALL:
         return "is off (watch.stall_timeout: 0)" if watch.stall_timeout == 0 and watch.stall_auto is None else None
     if name == RESTART_FAILED:
@@ -73,14 +67,14 @@ def _never_ends(name: str, watch: Watch) -> str | None:
     own = {r.name: r.action for r in watch.rules}
     if name in own:
         return "only warns (its action)" if own[name] != "abort" else None
-    sections = {detectors.THROUGHPUT_DROP: watch.throughput, detectors.MEMORY_SHIFT: watch.gpu_memory,
-                detectors.MEMORY_VOLATILE: watch.gpu_memory, detectors.COMPILE_AFTER_WARMUP: watch.compile_after_warmup}
-    if name in sections:
-        action = getattr(sections[name], "action", "off") if sections[name] else "off"
+    detector = restartable().get(name)
+    if detector is not None:
+        settings = watch.detectors.of(detector.key)
+        action = getattr(settings, "action", "off") if settings else "off"
         return None if action == "abort" else ("is off" if action == "off" else "only warns (action: warn)")
     if not watch.builtin:
         return "is a built-in rule, and watch.builtin is false"
-    action = dict(watch.builtin_rules).get(name) or next((r.action for r in builtin_rules() if r.name == name), "abort")
+    action = dict(watch.builtin_rules).get(name) or builtin.default_actions().get(name, "abort")
     return None if action == "abort" else ("is off" if action == "off" else "only warns")
 
 

@@ -14,12 +14,12 @@ its own log's ``Recompiling function`` lines.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Dict, Iterable, List, Mapping, Set
 
 from .cachewatch import inductor_cache_dir
-from ..wire.protocol import RUN_ID_ENV, WATCH
+from ..wire import watchfile
+from ..wire.protocol import RUN_ID_ENV
 
 __all__ = ["CacheSharing"]
 
@@ -92,9 +92,6 @@ class CacheSharing:
 
     @staticmethod
     def _env(d: str) -> Dict[str, str]:
-        try:
-            with open(os.path.join(d, WATCH), encoding="utf-8") as fh:
-                env = json.load(fh).get("env") or {}
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+        """The other run's env as its watch.json has it ({} when it has none it can read)."""
+        cfg = watchfile.read(d)
+        return dict(cfg.env) if cfg is not None else {}

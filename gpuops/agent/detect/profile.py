@@ -35,7 +35,8 @@ import os
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .detectors import Baseline
+from .judge import Baseline
+from ..wire.detector_list import DetectorSettings
 from ..wire.protocol import ATTEMPT, EVENTS
 from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
@@ -253,12 +254,12 @@ def _levels(value: Any, gpus: Sequence[int]) -> Optional[Dict[int, float]]:
     return {int(g): number for g in gpus} if number is not None and gpus else None
 
 
-def baseline_from_config(config: Dict[str, Any], last: Baseline | None, gpus: Sequence[int] = ()) -> Baseline | None:
-    """The baseline a run is judged by: the playbook's numbers where it gives them (`baseline: 505695`), else `last`'s."""
-    throughput_cfg = config.get("throughput") or {}
-    memory_cfg = config.get("gpu_memory") or {}
-    throughput = _number(throughput_cfg.get("baseline"))
-    levels = _levels(memory_cfg.get("baseline"), gpus)
+def baseline_from_config(detectors: DetectorSettings, last: Baseline | None, gpus: Sequence[int] = ()) -> Baseline | None:
+    """The baseline a run is judged by: the playbook's numbers where it gives them (`baseline: 505695`), else `last`'s.
+    Each detector with a baseline gives its level's (wire/detector_list: throughput, gpu_memory)."""
+    given = {spec.baseline: settings.baseline for spec, settings in detectors.on() if spec.baseline}
+    throughput = _number(given.get("throughput"))
+    levels = _levels(given.get("gpu_memory"), gpus)
     used: List[str] = ["playbook"] if throughput is not None or levels is not None else []
     if last is not None and (throughput is None or levels is None):
         if (throughput is None and last.throughput is not None) or (levels is None and last.gpu_memory):

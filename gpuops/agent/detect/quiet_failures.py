@@ -15,17 +15,17 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..wire import protocol as p
-from ..wire import watchfile
+from ..wire.watchfile import WatchConfig
 from .gpu_apps import ProcessLoop
 from .cacheshare import CacheSharing
-from .cachewatch import CacheWatcher, inductor_cache_dir
-from .detectors import Detectors, Finding
+from .cachewatch import CacheWatcher
+from .detectors import Detectors, Finding, heartbeat
 from ..system.procs import end_child
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
 from ..wire.records import read_json
 from ..wire.smi import SmiError, parse_sample, sample_argv
 from .telemetry import TelemetryLog
-from .throughput import Figures, parse_figure
+from .throughput import FIGURE, Figures, parse_figure
 
 #: Sample intervals between walks of the inductor cache (a walk of 20,000 entries takes tens of ms):
 #: every 10 s at the default 2 s interval.
@@ -116,24 +116,20 @@ class Sampler:
         end_child(self.proc)
 
 
-def detector_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    return {key: cfg.get(key) for key in ("throughput", "gpu_memory", "compile_after_warmup", "sample_interval")}
-
-
 class Quiet:
     """Telemetry and the quiet-failure detectors of one run (inside the watchdog; wall-clock times)."""
 
-    def __init__(self, d: str, cfg: Dict[str, Any], started: float) -> None:
+    def __init__(self, d: str, cfg: WatchConfig, started: float) -> None:
         self.d, self.cfg, self.started = d, cfg, started
-        self.gpus = [int(g) for g in cfg.get("gpus") or []]
-        self.interval = watchfile.sample_interval(cfg)
+        self.gpus = list(cfg.gpus)
+        self.interval = cfg.sample_interval
         self.telemetry = TelemetryLog(d)
         self.figures = Figures()
         meta = read_json(os.path.join(d, p.META)) or {}
-        last, why = pick_baseline(os.path.dirname(d), str(cfg.get("playbook")), exclude=os.path.basename(d),
+        last, why = pick_baseline(os.path.dirname(d), str(cfg.playbook), exclude=os.path.basename(d),
                                   digest=run_digest(meta), target=meta.get("target"))
-        self.baseline = baseline_from_config(detector_config(cfg), last, self.gpus)
-        self.detectors = Detectors(detector_config(cfg), self.baseline, started, no_baseline=why)
+        self.baseline = baseline_from_config(cfg.detectors, last, self.gpus)
+        self.detectors = Detectors(cfg.detectors, self.baseline, started, no_baseline=why)
         self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
         self.processes = ProcessLoop(self.gpus, CACHE_EVERY * self.interval, die_with_parent) if self.gpus else None
         self.samples = 0
@@ -148,11 +144,10 @@ class Quiet:
         self.last: Dict[str, Any] = {}  # the newest figures, for the heartbeat
 
     def _cache_watcher(self) -> Optional[CacheWatcher]:
-        section = self.cfg.get("compile_after_warmup")
-        if not section:
+        folder = self.detectors.cache_dir({**os.environ, **self.cfg.env})
+        if folder is None:
             return None
-        env = {**os.environ, **(self.cfg.get("env") or {})}
-        watcher = CacheWatcher(section.get("cache_dir") or inductor_cache_dir(env))
+        watcher = CacheWatcher(folder)
         path = os.path.join(self.d, p.CACHE_SNAPSHOT)  # a restarted watchdog keeps the snapshot
         try:
             with open(path, encoding="utf-8") as fh:
@@ -173,17 +168,13 @@ class Quiet:
         os.replace(path + ".tmp", path)
 
     def measure(self, rule: str, value: str, now: float) -> None:
-        """A figure the matcher read off the log."""
-        from ..wire.watchfile import METRIC_RECOMPILES as RECOMPILES, METRIC_THROUGHPUT as THROUGHPUT
-
-        if rule == THROUGHPUT:
+        """A figure the matcher read off the log: the run's throughput is telemetry too."""
+        if rule == FIGURE:
             figure = parse_figure(value)
             if figure is not None:
                 self.figures.add(figure)
-                self.detectors.throughput(now, figure)
                 self.last["throughput"] = figure
-        elif rule == RECOMPILES:
-            self.detectors.recompile(now, "Recompiling function " + value)
+        self.detectors.measure(now, rule, value)
 
     def tick(self, now: float) -> List[Finding]:
         """Read what arrived, judge; the findings that begin now."""
@@ -228,8 +219,7 @@ class Quiet:
 
     def heartbeat(self) -> Dict[str, Any]:
         b = self.baseline
-        swing = (self.cfg.get("gpu_memory") or {}).get("max_swing_mib", 2048)
-        return {"telemetry": {**self.last, "max_swing_mib": swing, "baseline": None if b is None else {
+        return {"telemetry": {**self.last, **heartbeat(self.cfg.detectors), "baseline": None if b is None else {
             "run": b.run, "throughput": b.throughput, "source": b.source,
             "gpu_memory": None if b.gpu_memory is None else {str(k): v for k, v in b.gpu_memory.items()}}}}
 
@@ -238,6 +228,6 @@ class Quiet:
         if self.sampler is not None:
             self.sampler.stop()
             self.processes.stop()
-        settles = [s.get("settle", 60.0) for s in (self.cfg.get("throughput"), self.cfg.get("gpu_memory")) if s]
-        return keep_profile(self.d, settle=min(settles) if settles else 60.0, findings=self.fired,
-                            figure_rate=self.detectors.figure_rate())
+        settle = self.detectors.settle()  # the profile's steady part starts after it (its own default: none judged)
+        return keep_profile(self.d, findings=self.fired, **({"settle": settle} if settle is not None else {}),
+                            **self.detectors.profile())

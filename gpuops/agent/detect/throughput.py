@@ -6,7 +6,11 @@ import math
 from collections import deque
 from typing import Deque, Pattern, Sequence
 
-__all__ = ["Figures", "figure", "finite", "median", "parse_figure"]
+__all__ = ["FIGURE", "Figures", "figure", "finite", "median", "parse_figure"]
+
+#: The metric rule whose figures are the run's throughput: the telemetry's `tp` (quiet_failures.py), and
+#: what throughput-drop judges (its pattern is watch.throughput.pattern).
+FIGURE = "throughput"
 
 
 def median(values: Sequence[float]) -> float:

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Set
 
 from .. import LIB
 from ..wire import protocol as p
-from ..wire import watchfile
+from ..wire.watchfile import WatchConfig
 from ..wire.masking import Masker
 from .payload import build, key_of, what_of
 
@@ -103,11 +103,11 @@ def busy(d: str, key: str) -> bool:
 class Notifier:
     """The watchdog's side: `saw(event, data)` for each event it writes; never blocks it (but at `done`)."""
 
-    def __init__(self, d: str, cfg: Dict[str, Any]) -> None:
+    def __init__(self, d: str, cfg: WatchConfig) -> None:
         self.d, self.cfg = d, cfg
-        self.channels = watchfile.notify_channels(cfg)
+        self.channels = list(cfg.notify)
         self.wanted: Set[str] = {w for c in self.channels for w in c.get("on") or ()}
-        self.masker = Masker(cfg.get("secrets") or [])
+        self.masker = Masker(list(cfg.secrets))
         self.todo: "queue.Queue[Any]" = queue.Queue()
         self.thread: Optional[threading.Thread] = None
         self.known: Set[str] = set()

@@ -8,12 +8,12 @@ from typing import Any, Dict, Optional
 
 from ..wire import protocol as p
 from ..wire.records import outcome, read_json, read_text, command_exit_code
+from ..wire.watchfile import WatchConfig
 from .said import clean
 
-#: The events a channel may be told of (playbook `notify[].on`), and the default.
-WHATS = ("aborted", "restarted", "ended", "warned", "stalled")
-DEFAULT_ON = ("aborted", "restarted", "ended")
-TEST = "test"  # `gpuops notify-test`
+#: The events a channel may be told of (playbook `notify[].on`), and the default (both sides read them in the wire).
+WHATS, DEFAULT_ON = p.NOTIFY_WHATS, p.NOTIFY_DEFAULT_ON
+TEST = p.NOTIFY_TEST  # `gpuops notify-test`
 #: The watchdog's events that make a notification (events.jsonl `event` -> `what`). `restarted` is told when
 #: the next attempt has started (not when its delay begins: a stop in the delay, or a GPU taken, means none).
 FROM_EVENT = {"abort_start": "aborted", "stopped_elsewhere": "aborted", "attempt_started": "restarted",
@@ -38,12 +38,12 @@ def key_of(what: str, attempt: int, rule: Optional[str]) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in "-".join(parts))[:120]
 
 
-def build(d: str, cfg: Dict[str, Any], what: str, data: Dict[str, Any]) -> Dict[str, Any]:
+def build(d: str, cfg: WatchConfig, what: str, data: Dict[str, Any]) -> Dict[str, Any]:
     """The payload of `what` for the run in `d`, from its records now and the event's own fields."""
     meta = read_json(os.path.join(d, p.META)) or {}
     rec = read_json(os.path.join(d, p.ATTEMPT)) or {}
     attempt = int(rec.get("attempt") or 1) if isinstance(rec.get("attempt"), int) else 1
-    max_attempts = 1 + int((cfg.get("restart") or {}).get("max") or 0)
+    max_attempts = cfg.max_attempts
     abort = read_json(os.path.join(d, p.ABORT))
     exit_text = read_text(os.path.join(d, p.EXIT_CODE))
     rule = data.get("rule") or (abort or {}).get("rule")
@@ -74,7 +74,7 @@ def build(d: str, cfg: Dict[str, Any], what: str, data: Dict[str, Any]) -> Dict[
         name, code = p.RunState.RUNNING, None
         excerpt = data.get("excerpt") or data.get("line")
     payload = {"event": "notify", "what": what, "run": os.path.basename(d), "target": str(meta.get("target") or "?"),
-               "playbook": str(meta.get("playbook") or cfg.get("playbook") or "?"), "outcome": str(name),
+               "playbook": str(meta.get("playbook") or cfg.playbook or "?"), "outcome": str(name),
                "exit_code": code, "rule": rule, "excerpt": _cut(excerpt, EXCERPT_LIMIT), "attempt": attempt,
                "max_attempts": max_attempts, "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "schema_version": p.SCHEMA_VERSION}
@@ -104,7 +104,7 @@ def _restart_failed(rec: Dict[str, Any], abort: Optional[Dict[str, Any]]) -> Opt
     return None
 
 
-def _restart_due(d: str, cfg: Dict[str, Any]) -> bool:
+def _restart_due(d: str, cfg: WatchConfig) -> bool:
     from ..run.attempt import due
 
     try:

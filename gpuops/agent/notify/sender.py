@@ -79,8 +79,8 @@ def wait_turn(d: str, key: str, number: int, bound: float = TURN_WAIT, poll: flo
 def tool_notify(argv: List[str]) -> int:
     run_id, key = argv
     d = p.run_dir(run_id)
-    cfg = watchfile.read(d) or {}
-    channels = watchfile.notify_channels(cfg)
+    cfg = watchfile.read_or_default(d)
+    channels = list(cfg.notify)
     queued = next((r for r in outbox.records(d) if r["key"] == key and r.get("state") == outbox.QUEUED), None)
     payload = read_json(outbox.payload_file(d, key))
     if queued is None or payload is None:
@@ -91,7 +91,7 @@ def tool_notify(argv: List[str]) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another sender has it
-    masker = Masker(cfg.get("secrets") or [])
+    masker = Masker(list(cfg.secrets))
     queued_at = float(queued.get("ts") or time.time())
     done = _answered(d, key)
     workers = []

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import SH
@@ -25,6 +26,7 @@ from ..system import tmux
 from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
 from .prepare import append_event
 from ..wire import watchfile
+from ..wire.watchfile import WatchConfig
 from ..system.procs import parents, run_of, running, started_at
 from ..wire.records import read_json, write_json_atomic
 from ..wire.smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
@@ -143,7 +145,7 @@ def claimer_dead(d: str) -> bool:
         return free
 
 
-def finish_orphan(d: str, cfg: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def finish_orphan(d: str, cfg: Optional[WatchConfig]) -> Optional[Dict[str, Any]]:
     """Finish an abort whose claimer died (no second signal: kill, reap, drain); None when there is none
     or another finisher has it."""
     with _sequence_lock(d, wait=False) as got:
@@ -222,17 +224,17 @@ def _made_at(d: str) -> Optional[float]:
         return None
 
 
-def stop_run(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+def stop_run(d: str, cfg: Optional[WatchConfig]) -> Dict[str, Any]:
     """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json."""
     with _sequence_lock(d, wait=True):
         return _sequence(d, cfg)
 
 
-def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
+def _sequence(d: str, given: Optional[WatchConfig]) -> Dict[str, Any]:
     started = time.monotonic()
-    cfg = run_config(d, cfg)
-    session = str(cfg.get("session") or "")
-    name, grace = watchfile.abort_settings(cfg)
+    cfg = run_config(d, given)
+    session = cfg.session
+    name, grace = cfg.abort.signal, cfg.abort.grace
     run_id = os.path.basename(d)
     stacks = None
     if _session_live(d, session, run_id):
@@ -253,7 +255,7 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
         tmux.kill(session)
     gone_at = time.time()
     survivors = reap(run_id)
-    gpus, held_by = drain_or_name(d, list(cfg.get("gpus") or []), watchfile.max_memory_used_mib(cfg))
+    gpus, held_by = drain_or_name(d, list(cfg.gpus), cfg.max_memory_used_mib)
     result = {"survivors": survivors, "gpus": gpus, **({"held_by": held_by} if held_by else {}), "seconds": round(time.monotonic() - started, 3),
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **({"stacks": stacks} if stacks is not None else {})}
@@ -261,11 +263,11 @@ def _sequence(d: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
-def _stacks_first(d: str, cfg: Dict[str, Any], run_id: str) -> Optional[List[Dict[str, Any]]]:
+def _stacks_first(d: str, cfg: WatchConfig, run_id: str) -> Optional[List[Dict[str, Any]]]:
     """The training's thread stacks before the signal, where watch.stacks asks for them (None: not asked)."""
     from .stacks import take, wanted
 
-    if not wanted(watchfile.stacks_policy(cfg), (read_json(os.path.join(d, p.ABORT)) or {}).get("reason")):
+    if not wanted(cfg.stacks, (read_json(os.path.join(d, p.ABORT)) or {}).get("reason")):
         return None
     try:
         return take(d, run_id)
@@ -273,14 +275,14 @@ def _stacks_first(d: str, cfg: Dict[str, Any], run_id: str) -> Optional[List[Dic
         return [{"pid": 0, "file": None, "threads": 0, "via": None, "error": "%s: %s" % (type(exc).__name__, exc)}]
 
 
-def run_config(d: str, cfg: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def run_config(d: str, cfg: Optional[WatchConfig] = None) -> WatchConfig:
     """watch.json's settings; where it is garbled, what meta.json says (session, GPUs): a broken record
     never blocks a stop."""
-    cfg = dict(cfg or {})
-    if not cfg.get("session"):
+    cfg = cfg or watchfile.parse({})
+    if not cfg.session:
         meta = read_json(os.path.join(d, p.META)) or {}
-        cfg["session"] = meta.get("session") or ""
-        cfg.setdefault("gpus", meta.get("gpus") or [])
+        cfg = watchfile.with_session(cfg, str(meta.get("session") or ""),
+                                     tuple(int(g) for g in meta.get("gpus") or ()))
     return cfg
 
 
@@ -332,7 +334,7 @@ def wait_done(d: str, timeout: float) -> Optional[Dict[str, Any]]:
     return None
 
 
-def wait_or_finish(d: str, cfg: Dict[str, Any], timeout: float,
+def wait_or_finish(d: str, cfg: WatchConfig, timeout: float,
                    moved_on: Callable[[], bool] = lambda: False) -> Optional[Dict[str, Any]]:
     """The winner's abort-done.json; if the winner died before it (in the grace), finish its sequence.
     None at once when `moved_on` (a restart moved the attempt's records away)."""
@@ -364,10 +366,11 @@ def tool_abort(argv: List[str]) -> int:
     d = p.run_dir(run_id)
     record = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
     cfg = run_config(d, watchfile.read(d))
-    cfg.setdefault("abort", {"signal": record.get("signal") or watchfile.ABORT_SIGNAL,
-                             "grace": record.get("grace", watchfile.ABORT_GRACE)})
+    if not cfg.abort_written:  # no watch.json (or an old one): the signal and grace the stopper sent
+        cfg = replace(cfg, abort=watchfile.Abort(str(record.get("signal") or watchfile.ABORT_SIGNAL),
+                                                 float(record.get("grace", watchfile.ABORT_GRACE))))
     record.update({"by": by, "pid": os.getpid()})
-    grace = watchfile.abort_settings(cfg)[1]
+    grace = cfg.abort.grace
     done: Optional[Dict[str, Any]] = None
     for _ in range(3):  # claimed again when the abort it lost to was an attempt's that the watchdog restarts
         with step_lock(d):  # never between a restart's publication of attempt n+1 and its filing of attempt n
@@ -387,7 +390,7 @@ def tool_abort(argv: List[str]) -> int:
     return 0
 
 
-def _restarted_meanwhile(d: str, cfg: Dict[str, Any], attempt: int) -> bool:
+def _restarted_meanwhile(d: str, cfg: WatchConfig, attempt: int) -> bool:
     """The abort this stop lost to was an attempt's that the watchdog restarts (or is about to): the stop
     must claim the next attempt's abort, or the run would go on."""
     settle = time.monotonic() + RESTART_SETTLE

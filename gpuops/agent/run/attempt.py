@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 from ..system.pause import pause_at
 from ..wire import protocol as p
 from ..wire.records import command_exit_code, read_json, read_text, write_json_atomic
+from ..wire.watchfile import WatchConfig
 
 #: abort.json `by` values that end a run for good (never restarted).
 FOR_GOOD = ("stop", "timeout", "pane")
@@ -29,11 +30,6 @@ def current(d: str) -> Dict[str, Any]:
     if not isinstance(n, int) or n < 1:  # the first attempt: guarded if launch.compile_guard wrote the record
         return {"attempt": 1, "state": p.ATTEMPT_RUNNING, "compile_guard": os.path.exists(os.path.join(d, p.COMPILE_GUARD))}
     return rec
-
-
-def max_attempts(cfg: Dict[str, Any]) -> int:
-    """The first attempt and the restarts after it."""
-    return 1 + int((cfg.get("restart") or {}).get("max") or 0)
 
 
 def ended_by(d: str) -> Optional[str]:
@@ -50,13 +46,12 @@ def ended_by(d: str) -> Optional[str]:
     return p.RESTART_FAILED if code not in (None, 0) else None
 
 
-def due(d: str, cfg: Dict[str, Any]) -> Optional[str]:
+def due(d: str, cfg: WatchConfig) -> Optional[str]:
     """The rule to restart after when the attempt that just ended should be restarted, else None."""
-    section = cfg.get("restart") or {}
-    if current(d)["attempt"] >= max_attempts(cfg) or not os.path.exists(os.path.join(d, p.STARTED)):
+    if current(d)["attempt"] >= cfg.max_attempts or not os.path.exists(os.path.join(d, p.STARTED)):
         return None
     name = ended_by(d)
-    return name if name is not None and name in (section.get("on") or ()) else None
+    return name if name is not None and cfg.restart is not None and name in cfg.restart.on else None
 
 
 def moved_on(d: str, before: int) -> bool:

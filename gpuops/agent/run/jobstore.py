@@ -190,18 +190,17 @@ def main(argv: list) -> int:
 
     signal.signal(signal.SIGTERM, lambda *a: os._exit(0))  # the watchdog ends the link: no interpreter shutdown
     d = p.run_dir(run_id)
-    cfg = watchfile.read(d) or {}
-    job: Dict[str, Any] = cfg.get("job") or {}
+    job = watchfile.read_or_default(d).job or watchfile.Job()
     rdzv = (read_text(os.path.join(d, p.RDZV_ID)) or run_id).strip()
-    at = jobwire.Attempt(str(job.get("id") or run_id), rdzv, tuple(str(n) for n in job.get("nodes") or ()))
-    host, _, port = str(job.get("endpoint") or "").rpartition(":")
+    at = jobwire.Attempt(job.id or run_id, rdzv, tuple(job.nodes))
+    host, _, port = job.endpoint.rpartition(":")
     try:
         dist = importlib.import_module("torch.distributed")  # the training's torch, never the watchdog's
     except ImportError as exc:
         _say("lost", why="no torch in the training's environment (%s): the job's end reaches this node through "
                          "torchrun only" % exc)
         return 3
-    link = Link(dist, host.strip("[]"), int(port), str(job.get("key") or ""), at, int(job.get("node_rank") or 0))
+    link = Link(dist, host.strip("[]"), int(port), job.key, at, job.node_rank)
     try:
         link.connect(time.monotonic() + CONNECT_FOR)
     except Exception as exc:  # noqa: BLE001 - whatever torch raises, the watchdog is told why

@@ -370,7 +370,7 @@ def _main(argv: List[str]) -> int:
                 termios.tcsetattr(relay.pane, termios.TCSANOW, saved)
             except termios.error:
                 pass
-    if relay.record_interrupt(watchfile.abort_settings(watchfile.read(d) or {})[1]) and relay.pane is not None:
+    if relay.record_interrupt(watchfile.read_or_default(d).abort.grace) and relay.pane is not None:
         relay.to_pane(b"\r\ngpuops: Ctrl-C typed here ended run %s (recorded as interrupted, by: pane)\r\n"
                       % run_id.encode())
     return code

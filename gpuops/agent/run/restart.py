@@ -15,24 +15,24 @@ import os
 import re
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .. import SH
 from ..wire import protocol as p
 from ..system import tmux
-from ..wire import watchfile
-from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, max_attempts, moved_on, step_lock  # noqa: F401
+from ..wire.watchfile import Restart, WatchConfig, Warmup
+from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, moved_on, step_lock  # noqa: F401
 from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic, write_state
 
 POLL = 0.1
-def begin_next(d: str, cfg: Dict[str, Any], after: str, say: Callable[..., None]) -> Dict[str, Any]:
+def begin_next(d: str, cfg: WatchConfig, after: str, say: Callable[..., None]) -> Dict[str, Any]:
     """Attempt n ended by `after`: record attempt n+1 as waiting, say `restart`, keep attempt n's records."""
-    section = cfg.get("restart") or {}
+    section = cfg.restart or Restart()
     now = current(d)
     n = int(now["attempt"])
-    delay = float(section.get("delay", 10.0))
-    nxt = {"attempt": n + 1, "max_attempts": max_attempts(cfg), "state": p.ATTEMPT_WAITING, "after": after,
-           "compile_guard": bool(section.get("compile_guard")), "delay": delay, "warmup": bool(section.get("warmup")),
+    delay = section.delay
+    nxt = {"attempt": n + 1, "max_attempts": cfg.max_attempts, "state": p.ATTEMPT_WAITING, "after": after,
+           "compile_guard": section.compile_guard, "delay": delay, "warmup": section.warmup,
            "until": round(time.time() + delay, 3)}
     ended = _ended_record(d, now, after)
     with step_lock(d):  # one step to a stop's claim (abort.tool_abort takes the lock too)
@@ -56,7 +56,7 @@ def stopped(d: str) -> bool:
     return os.path.exists(os.path.join(d, p.ABORT))
 
 
-def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None], say: Callable[..., None]) -> bool:
+def carry_out(d: str, cfg: WatchConfig, beat: Callable[[Dict[str, Any]], None], say: Callable[..., None]) -> bool:
     """A pending attempt: wait its delay, warm up if asked, start training. False: the run ends here."""
     with step_lock(d):  # a restart step its watchdog did not finish (killed mid-way) is finished first
         finish_step(d, say)
@@ -82,10 +82,10 @@ def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None
     rec = {**rec, "state": p.ATTEMPT_STARTING}
     write_json_atomic(path, rec)
     beat(rec)
-    if not os.path.exists(os.path.join(d, p.STARTED)) and not tmux.alive(str(cfg.get("session"))):
+    if not os.path.exists(os.path.join(d, p.STARTED)) and not tmux.alive(cfg.session):
         from .start import start_training
 
-        result = start_training(os.path.basename(d), d, str(cfg.get("session")))
+        result = start_training(os.path.basename(d), d, cfg.session)
         if result.returncode != 0:
             why = "cannot start training: " + (result.stderr.decode("utf-8", "replace").strip()[-300:]
                                                or "tmux exited %d" % result.returncode)
@@ -95,7 +95,7 @@ def carry_out(d: str, cfg: Dict[str, Any], beat: Callable[[Dict[str, Any]], None
                 fh.write("%d\n" % 71)
             return False
     if stopped(d):  # a stop got in between: training must not go on
-        tmux.kill(str(cfg.get("session")))
+        tmux.kill(cfg.session)
         return _stopped(d, rec, say)
     write_json_atomic(path, {**rec, "state": p.ATTEMPT_RUNNING, "started": round(time.time(), 3)})
     say("attempt_started", attempt=rec["attempt"], max_attempts=rec.get("max_attempts"),
@@ -116,14 +116,14 @@ def _stopped(d: str, rec: Dict[str, Any], say: Callable[..., None]) -> bool:
     return False
 
 
-def drained(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
+def drained(d: str, cfg: WatchConfig, beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
     """Whatever ended the attempt before (an abort drains; an exit, a crash or a vanished session did
     not), the next one starts only on GPUs back under the idle threshold: the run's own escaped holders
     are killed; a GPU someone else holds ends the run, naming them (status 4 in exit_code, as a busy GPU
     at preflight: the next attempt never ran; the run's outcome is failed)."""
     from .abort import drain_or_name
 
-    _, held_by = drain_or_name(d, [int(g) for g in cfg.get("gpus") or []], watchfile.max_memory_used_mib(cfg), beat=beat)
+    _, held_by = drain_or_name(d, list(cfg.gpus), cfg.max_memory_used_mib, beat=beat)
     if not held_by:
         return None
     named = "; ".join("GPU %s held by pids %s" % (g, pids or "unknown (nvidia-smi lists none)") for g, pids in held_by.items())
@@ -141,15 +141,14 @@ def _guard_flag(d: str, on: bool) -> None:
         os.unlink(path)
 
 
-def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
+def warm_up(d: str, cfg: WatchConfig, beat: Callable[[], None]) -> Optional[Dict[str, Any]]:
     """The playbook's warmups again, one GPU after another as launch runs them; None, or what failed."""
     from .abort import drain
 
-    warm = (cfg.get("restart") or {}).get("warmup_spec") or {}
-    gpus: List[int] = [int(g) for g in warm.get("gpus") or []]
-    timeout = float(warm.get("timeout") or 1200.0)
-    for gpu in gpus:
-        command = substitute(str(warm.get("command") or ""), gpu)
+    warm = (cfg.restart.warmup_spec if cfg.restart is not None else None) or Warmup()
+    timeout = warm.timeout
+    for gpu in warm.gpus:
+        command = substitute(warm.command, gpu)
         with open(os.devnull, "wb") as null:
             proc = subprocess.Popen(["bash", os.path.join(SH, "warmup.sh"), os.path.basename(d), str(gpu), command],
                                     stdin=subprocess.DEVNULL, stdout=null, stderr=null)
@@ -163,7 +162,7 @@ def warm_up(d: str, cfg: Dict[str, Any], beat: Callable[[], None]) -> Optional[D
             return {"code": 124, "message": "warmup on GPU %d timed out after %gs" % (gpu, timeout)}
         if proc.returncode != 0:
             return {"code": proc.returncode, "message": "warmup on GPU %d exited with code %d" % (gpu, proc.returncode)}
-        drain([gpu], watchfile.max_memory_used_mib(cfg), float(warm.get("drain_timeout") or 30.0), beat=beat)
+        drain([gpu], cfg.max_memory_used_mib, warm.drain_timeout, beat=beat)
     return None
 
 

@@ -20,7 +20,7 @@ from ..wire import protocol as p
 from ..system import tmux
 from ..wire import watchfile
 from ..wire.records import read_json, read_text
-from .attempt import current, max_attempts
+from .attempt import current
 
 #: How long the watchdog may take to start and write its first heartbeat (a loaded machine is slow).
 READY_TIMEOUT = 30.0
@@ -70,7 +70,7 @@ def stop_watchdog(sup: subprocess.Popen) -> None:
 def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedProcess:
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
-    if (watchfile.read(d) or {}).get("job"):  # a node of a torchrun job: a fresh rendezvous per attempt
+    if watchfile.read_or_default(d).job is not None:  # a node of a torchrun job: a fresh rendezvous per attempt
         from .attempt import current
         from ..wire.jobwire import rdzv_id
 
@@ -88,15 +88,14 @@ def attempt_args(d: str) -> List[str]:
     """run.sh's ATTEMPT MAX_ATTEMPTS [RESTART_AFTER]: what the training sees as GPUOPS_ATTEMPT and the rest."""
     rec = current(d)
     n = int(rec["attempt"])
-    total = int(rec.get("max_attempts") or max_attempts(watchfile.read(d) or {}))
+    total = int(rec.get("max_attempts") or watchfile.read_or_default(d).max_attempts)
     return [str(n), str(total)] + ([str(rec.get("after") or "")] if n > 1 else [])
 
 
 def main(argv: List[str]) -> int:
     (run_id,) = argv
     d = p.run_dir(run_id)
-    cfg = watchfile.read(d) or {}
-    session = cfg.get("session") or ""
+    session = watchfile.read_or_default(d).session
     if os.path.exists(os.path.join(d, p.ABORT)):
         print(p.mark("stopped"))
         return p.STOPPED_EXIT

@@ -1,7 +1,7 @@
 """Fatal-signature matcher for training logs: bytes in, hits out.
 
-This package imports only the standard library and nothing from gpuops, so it can
-be copied as-is into a container and run as a watchdog. It does no I/O.
+This package imports only the standard library and the agent's wire (the built-in rule list), so it
+runs inside a container beside the run, in the watchdog. It does no I/O.
 
 A ``Matcher`` is fed the log's bytes in chunks of any size and returns a ``Hit``
 for every line that matches a rule. Lines end at ``\\n``, ``\\r\\n`` or a lone

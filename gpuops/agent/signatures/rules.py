@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..wire.builtin_rules import BUILTIN, FX_ADVICE, advice  # the list; FX_ADVICE and advice re-exported
 from .literals import _required_literals
 
 __all__ = ["ABORT", "WARN", "METRIC", "FX_ADVICE", "Hit", "Measure", "Rule", "advice", "builtin_rules", "metric_rule",
@@ -31,8 +32,6 @@ _ACTIONS = (ABORT, WARN)
 _KINDS = ("exception", "line", "regex", "metric")
 #: Kinds whose patterns a user wrote: searched under the Guard's time budget.
 _UNTRUSTED = ("regex", "metric")
-#: torchrun's per-rank prefix ([rank0]: ), optional at the start of a line.
-_RANK = r"(?:\[(?:rank|default)\d+\]:\s?)?"
 
 
 @dataclass(frozen=True)
@@ -99,21 +98,6 @@ class Hit:
     excerpt: str
 
 
-#: How to make the run succeed after the FX thread-safety family: shown with its matches (`advice`).
-#: No PyTorch version is named: none was verified to end the race (see builtin_rules).
-GUARD_HOWTO = ("turn on gpuops' compile guard (`launch.compile_guard: true`: the first calls of compiled code never "
-               "overlap, no code change) and let the watchdog restart a run that still hits it (`restart: {max: 2, "
-               "on: [fx-tracing-race, fx-patcher-race, stall], compile_guard: true}`)")
-FX_ADVICE = ("threads traced or compiled at once (torch.compile is not thread-safe): " + GUARD_HOWTO
-             + "; or compile each device's function under one lock before the threads start")
-_ADVICE = {"fx-tracing-race": FX_ADVICE, "fx-patcher-race": FX_ADVICE}
-
-
-def advice(rule: str) -> str | None:
-    """What to do about a match of this built-in rule, if gpuops knows."""
-    return _ADVICE.get(rule)
-
-
 def _compile(name: str, pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
@@ -121,129 +105,10 @@ def _compile(name: str, pattern: str) -> re.Pattern[str]:
         raise ValueError(f"rule {name!r}: bad pattern {pattern!r}: {exc}") from None
 
 
-def _exception(name: str, description: str, pattern: str) -> Rule:
-    return Rule(name, "exception", ABORT, description, pattern)
-
-
 def builtin_rules() -> list[Rule]:
-    """The built-in library, in priority order (first match wins on a line).
-
-    fx-tracing-race
-        ``RuntimeError: Detected that you are using FX to symbolically trace a
-        dynamo-optimized function`` as a traceback's exception line: threads
-        sharing ``torch.compile`` raced; drafters fall back to eager mode and the
-        run crawls on. (PyTorch made its tracing flag thread-local in pytorch#168999
-        and the FX patcher in pytorch#187589; no release is named here because none
-        was verified to end the race.)
-    cuda-oom
-        ``torch.OutOfMemoryError: CUDA out of memory.`` (also
-        ``torch.cuda.OutOfMemoryError`` and ``RuntimeError: CUDA out of memory``).
-    cuda-error
-        ``torch.AcceleratorError: CUDA error: ...`` / ``RuntimeError: CUDA error:
-        ...`` (illegal memory access, device-side assert triggered, ...).
-    nccl-watchdog-timeout
-        ProcessGroupNCCL's ``Watchdog caught collective operation timeout`` log line.
-    nccl-error
-        ``torch.distributed.DistBackendError: NCCL error in: ...`` and
-        ``NCCL communicator was aborted`` exceptions.
-    compile-failed
-        ``torch._dynamo.exc.BackendCompilerFailed`` and
-        ``torch._inductor.exc.InductorError`` exceptions.
-    segfault
-        ``Fatal Python error: ...`` at the start of a line (faulthandler on
-        SIGSEGV, SIGABRT, ...) and bash's ``Segmentation fault (core dumped)``.
-    faulthandler-timeout
-        faulthandler's ``Timeout (0:04:00)!`` followed within 5 lines by a
-        ``Thread 0x... (most recent call first):`` stack: the process hung.
-    fx-patcher-race
-        ``AssertionError: CURRENT_PATCHER is None in finally block`` raised in
-        ``torch/fx/_symbolic_trace.py``: the same thread-safety family as the
-        FX-tracing race, hit by the eager fallback's make_fx (torch 2.11).
-    flex-attention-unfused (warn)
-        ``UserWarning: flex_attention called without torch.compile()``: the run
-        is on the unfused slow path.
-    recompile-limit (warn)
-        ``torch._dynamo hit config.recompile_limit (8)`` (older:
-        ``cache_size_limit``): warmup did not cover a shape; dynamo runs eager.
-    """
-    return [
-        _exception(
-            "fx-tracing-race",
-            "PyTorch FX-tracing race between threads sharing torch.compile",
-            r"[A-Za-z_][\w.]*: Detected that you are using FX to symbolically trace a dynamo-optimized function",
-        ),
-        _exception(
-            "fx-patcher-race",
-            "PyTorch FX thread-safety race: threads tracing at once (the eager fallback's make_fx patcher is "
-            "process-global); a drafter thread died and the rest run on",
-            r"AssertionError: CURRENT_PATCHER is None in finally block",
-        ),
-        _exception(
-            "cuda-oom",
-            "CUDA out of memory",
-            r"(?:torch\.(?:cuda\.)?OutOfMemoryError|RuntimeError): CUDA out of memory",
-        ),
-        _exception(
-            "cuda-error",
-            "CUDA error (illegal memory access, device-side assert, ...)",
-            r"(?:torch\.AcceleratorError|RuntimeError|torch\.cuda\.CudaError): CUDA error: ",
-        ),
-        Rule(
-            "nccl-watchdog-timeout",
-            "line",
-            ABORT,
-            "NCCL watchdog: a collective operation timed out",
-            r"Watchdog caught collective operation timeout",
-            triggers=("Watchdog caught collective operation timeout",),
-        ),
-        _exception(
-            "nccl-error",
-            "NCCL error in a collective operation",
-            r"[A-Za-z_][\w.]*: (?:\[[^\]]*\]\s*)*(?:NCCL error\b|NCCL communicator was aborted)",
-        ),
-        _exception(
-            "compile-failed",
-            "torch.compile failed (backend compiler / inductor error)",
-            r"torch\._dynamo\.exc\.BackendCompilerFailed:|torch\._inductor\.exc\.InductorError:",
-        ),
-        Rule(
-            "segfault",
-            "line",
-            ABORT,
-            "the process crashed (segmentation fault or another fatal error)",
-            "^" + _RANK + r"Fatal Python error: \S"
-            r"|^(?:\S.*: line \d+: +\d+ |\[\d+\][+-]? +(?:\d+ +)?)Segmentation fault\b"
-            r"|^Segmentation fault(?: +\(core dumped\))?\s*$",
-            triggers=("Fatal Python error: ", "Segmentation fault"),
-        ),
-        Rule(
-            "faulthandler-timeout",
-            "line",
-            ABORT,
-            "the process hung: faulthandler's timeout dumped its stacks",
-            "^" + _RANK + r"Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!\s*$",
-            triggers=("Timeout (",),
-            follow="^" + _RANK + r"(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+ |Stack )\(most recent call first\):",
-            follow_within=5,
-        ),
-        Rule(
-            "flex-attention-unfused",
-            "line",
-            WARN,
-            "flex_attention ran without torch.compile: the unfused slow path (the eager fallback), "
-            "materialising the full scores matrix",
-            r"UserWarning: flex_attention called without torch\.compile\(\)",
-            triggers=("flex_attention called without torch.compile",),
-        ),
-        Rule(
-            "recompile-limit",
-            "line",
-            WARN,
-            "torch._dynamo hit its recompile limit: warmup did not cover a shape",
-            r"(?:torch\._dynamo|torchdynamo) hit config\.\w*(?:recompile_limit|cache_size_limit) \(\d+\)",
-            triggers=("dynamo hit config.",),
-        ),
-    ]
+    """The built-in library (wire/builtin_rules.BUILTIN), compiled, in priority order (first match wins on a line)."""
+    return [Rule(b.name, b.kind, b.action, b.description, b.pattern, triggers=b.triggers, follow=b.follow,
+                 follow_within=b.follow_within) for b in BUILTIN]
 
 
 def regex_rule(name: str, pattern: str, action: str = ABORT) -> Rule:

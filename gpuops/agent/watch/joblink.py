@@ -25,6 +25,7 @@ from .. import SH
 from ..wire import jobwire
 from ..wire import protocol as p
 from ..wire.records import command_exit_code, read_text, write_json_atomic
+from ..wire.watchfile import Job
 
 #: How long an abort waits for the other nodes to have read this node's end before it signals (node 0's store dies
 #: with it): the link waits jobwire.SETTLE for them, this a little more for the link.
@@ -40,7 +41,7 @@ _CODES = {"match": p.EXIT_ABORTED, "stall": p.EXIT_STALLED, p.RESTART_FAILED: p.
 class JobLink:
     def __init__(self, wd: Any) -> None:
         self.wd = wd
-        self.job: Dict[str, Any] = wd.cfg.get("job") or {}
+        self.job = wd.cfg.job or Job()  # watch.json `job` (none: not a node of a torchrun job)
         self.proc: Optional[subprocess.Popen] = None
         self.buf = b""
         self.end: Optional[Dict[str, Any]] = None  # the job's end, as the store has it
@@ -52,7 +53,7 @@ class JobLink:
 
     @property
     def active(self) -> bool:
-        return bool(self.job)
+        return self.wd.cfg.job is not None
 
     def start(self) -> None:
         if not self.active or self.proc is not None:
@@ -105,7 +106,7 @@ class JobLink:
             self.end = dict(msg.get("record") or {})
             write_json_atomic(os.path.join(self.wd.d, p.JOB_END), self.end)
             self.ended.set()
-            if self.end.get("node") != self.job.get("node_name"):
+            if self.end.get("node") != self.job.node_name:
                 self.settled.set()
                 self.wd.events.write("job_abort", **_said(self.end))
                 self.wd.abort(p.JOB_ABORT, **_said(self.end))
@@ -128,7 +129,7 @@ class JobLink:
         ended by itself (it published, or its training exited) has its own record: it is left as it is."""
         if self.end is not None or self.published or os.path.exists(os.path.join(self.wd.d, p.EXIT_CODE)):
             return
-        nodes = self.job.get("nodes") or [None]
+        nodes = list(self.job.nodes) or [None]
         self.end = {"node": nodes[0], "node_rank": 0, "reason": p.RESTART_FAILED, "rule": p.RESTART_FAILED,
                     "by": jobwire.STORE_GONE, "exit_code": p.EXIT_FAILED,
                     "excerpt": "node %s's rendezvous store went away before the job's end and did not come back "
@@ -142,7 +143,7 @@ class JobLink:
         if not self.active or self.published or reason == p.JOB_ABORT or self.proc is None:
             return
         self.published = True
-        record = {"node": self.job.get("node_name"), "node_rank": self.job.get("node_rank"), "reason": reason,
+        record = {"node": self.job.node_name, "node_rank": self.job.node_rank, "reason": reason,
                   "rule": why.get("rule") if reason == "match" else reason, "by": why.get("by", "watchdog"),
                   "excerpt": (why.get("excerpt") or "")[-2000:] or None, "exit_code": _CODES.get(reason),
                   "time": round(time.time(), 3), "attempt": self.wd.attempt["attempt"]}
@@ -179,7 +180,7 @@ class JobLink:
         the next attempt never joins the old rendezvous while node 0's old torchrun still hosts it."""
         if self.proc is None:
             return
-        if store_gone and self.job.get("node_rank") != 0:
+        if store_gone and self.job.node_rank != 0:
             deadline = time.monotonic() + STORE_GONE_WAIT
             while self.links() and time.monotonic() < deadline:
                 time.sleep(0.05)

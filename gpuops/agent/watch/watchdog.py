@@ -16,22 +16,24 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 from ..wire import protocol as p
 from ..run import restart as restarts
 from ..wire import watchfile
-from ..run.abort import claim, claimer_dead, finish_orphan, reap, stop_run
-from .logfile import LogFile, last_line
+from ..wire.watchfile import WatchConfig
+from ..run.abort import claim, reap, stop_run
+from .duties import DUTIES, Duty, Heartbeat, Pass, Stall
+from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
 from ..detect.quiet_failures import Quiet
-from ..wire.records import read_json, write_state
+from ..wire.records import read_json
 from ..run.prepare import append_event, set_aside
-from ..signatures.rules import advice
+from ..wire.builtin_rules import advice
 from .stall import StallClock
 from ..system.filewatch import Waker
-from .ruleset import build_matcher, stall_config
+from .ruleset import build_matcher
 from .heartbeat import EventLog, Pulse
 from ..notify.outbox import Notifier
 from .joblink import JobLink
@@ -42,15 +44,17 @@ MAX_REPORTS = 100
 #: Reported matches a restarted watchdog remembers (to report none twice); older ones are past its checkpoint.
 MAX_REMEMBERED = 10000
 
+D = TypeVar("D", bound=Duty)
+
 
 class Watchdog:
     """One run's watchdog: call run() once."""
 
-    def __init__(self, d: str, cfg: Dict[str, Any], notifier: Optional[Notifier] = None) -> None:
+    def __init__(self, d: str, cfg: WatchConfig, notifier: Optional[Notifier] = None) -> None:
         self.d, self.cfg = d, cfg
         self.run_id = os.path.basename(d)
-        self.session = cfg["session"]
-        self.masker = Masker(cfg.get("secrets") or [])
+        self.session = cfg.session
+        self.masker = Masker(list(cfg.secrets))
         self.events = EventLog(d, (notifier or Notifier(d, cfg)).saw)  # playbook `notify:` (agent/notify)
         self.state_path = os.path.join(d, p.WATCHDOG)
         self.attempt = restarts.current(d)
@@ -63,8 +67,7 @@ class Watchdog:
         self.inode = int(state.get("inode") or 0)
         self.safe = (self.offset, self.line)
         self.matcher = build_matcher(cfg, self.offset, self.line, self.masker)
-        timeout, auto = stall_config(cfg)
-        self.stall = StallClock(timeout, auto, time.monotonic() - (time.time() - self.started))
+        self.stall = StallClock(cfg.stall.timeout, cfg.stall.auto, time.monotonic() - (time.time() - self.started))
         if state.get("stall"):
             self.stall.restore(state["stall"])
         self.log = LogFile(d, self.offset, self.inode)  # through rewrites, renames and deletes
@@ -73,20 +76,23 @@ class Watchdog:
         self.aborter: Optional[threading.Thread] = None
         self.claimed_by: Optional[str] = None
         self.session_seen = bool(state.get("session_seen"))
-        self.last_beat = 0.0
         self.live = Liveness(d, self.session, self.run_id, self.session_seen)
         #: Woken by the log and the run's records (inotify), not polling them; its own records wake nobody.
         self.waker = Waker(d, [p.LOG], quiet=(p.WATCHDOG, p.EVENTS, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT, p.NOTIFY))
-        self.stall_said = False
         self.write_failing = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
         self.quiet = Quiet(d, cfg, self.started)
-        self.next_quiet = 0.0
         self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
         self.over = False  # the attempt ended: finish() runs
         self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
+        #: What each pass of run() offers itself to, in order; each runs when due (duties.py).
+        self.duties: Dict[type, Duty] = {kind: kind(self) for kind in DUTIES}
+
+    def duty(self, kind: Type[D]) -> D:
+        """The watchdog's duty of this class."""
+        return self.duties[kind]  # type: ignore[return-value]
 
     # -- the log --------------------------------------------------------------------------
     def read_log(self) -> int:
@@ -100,7 +106,7 @@ class Watchdog:
             return 0
         self.offset = self.log.offset
         self.stall.grew(time.monotonic())
-        self.stall_said = False
+        self.duty(Stall).said = False  # a new silence is said again
         for hit in self.matcher.feed(data):
             self.on_hit(hit)
         now = time.time()
@@ -144,23 +150,6 @@ class Watchdog:
             self.first_abort = hit
             self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
 
-    def check_quiet(self, now: float, samples: bool = False) -> None:
-        """GPU samples, figures and the cache, judged: a finding is a match of its detector rule. Woken
-        by a sample (`samples`: the sampler's pipe is readable), else once a heartbeat period."""
-        if now < self.next_quiet and not samples:
-            return
-        self.next_quiet = now + p.HEARTBEAT_EVERY
-        try:
-            findings = self.quiet.tick(now)
-        except OSError as exc:  # samples that cannot be written (a full disk): the next tick tries again
-            self.note_write_error(exc)
-            return
-        for finding in findings:
-            self.on_finding(finding)
-        problem = self.quiet.problem()
-        if problem:
-            self.events.write("telemetry_problem", message="no GPU samples: " + problem)
-
     def on_finding(self, f: Any) -> None:
         key = (f.rule, f.figures.get("gpu"))
         if key in self.events.findings:
@@ -181,9 +170,8 @@ class Watchdog:
         """Claim the abort and run the sequence in the background (heartbeats go on meanwhile)."""
         if self.status != "watching":
             return
-        sig, grace = watchfile.abort_settings(self.cfg)
         record = {"reason": reason, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "signal": sig, "grace": grace, "by": "watchdog", "pid": os.getpid()}
+                  "signal": self.cfg.abort.signal, "grace": self.cfg.abort.grace, "by": "watchdog", "pid": os.getpid()}
         record.update({k: v for k, v in why.items() if v is not None})
         try:
             won, current = claim(self.d, record)
@@ -202,7 +190,11 @@ class Watchdog:
             result = stop_run(self.d, self.cfg)
             self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
 
-        self.aborter = threading.Thread(target=sequence, name="gpuops-abort", daemon=True)
+        self.start_aborter(sequence, "gpuops-abort")
+
+    def start_aborter(self, sequence: Callable[[], Any], name: Optional[str] = None) -> None:
+        """The abort sequence (or the finish of an orphaned one), in the background: heartbeats go on."""
+        self.aborter = threading.Thread(target=sequence, name=name, daemon=True)
         self.aborter.start()
 
     def seen_claim(self, record: Dict[str, Any]) -> None:
@@ -213,35 +205,6 @@ class Watchdog:
             self.link.publish(str(record.get("reason")), by=self.claimed_by, rule=record.get("rule"))
             self.events.write("stopped_elsewhere", reason=record.get("reason"), stopped_by=self.claimed_by,
                               rule=record.get("rule"))
-
-    def check_claims(self) -> None:
-        """An abort claimed by someone whose process is gone before it finished (or whose abort.json is
-        unreadable): finish it (kill, reap, drain; no second signal)."""
-        path = os.path.join(self.d, p.ABORT)
-        if not os.path.exists(path):
-            return
-        record = read_json(path) or {}
-        if self.status == "watching":
-            self.seen_claim(record)
-        if self.aborter is not None or not claimer_dead(self.d):
-            return
-        by = record.get("by") or "?"
-        self.events.write("abort_completed", stopped_by=by,
-                          message="a Ctrl-C typed in the run's tmux pane ended it; the watchdog reaps what is left"
-                          if by == "pane" else "the process that claimed the abort is gone; the watchdog finishes it")
-        self.aborter = threading.Thread(target=lambda: finish_orphan(self.d, self.cfg), daemon=True)
-        self.aborter.start()
-
-    def check_stall(self, now: float) -> None:
-        if self.status != "watching" or not self.stall.stalled(now):
-            return
-        seconds = round(self.stall.silent_for(now), 1)
-        limit = self.stall.timeout_now(now)
-        missing = {} if os.path.exists(os.path.join(self.d, p.LOG)) else {"log_missing": True}
-        if not self.stall_said:
-            self.stall_said = True
-            self.events.write("stall", seconds=seconds, stall_timeout=limit, stall=self.stall.describe(), **missing)
-        self.abort("stall", seconds=seconds, stall_timeout=limit, last_line=last_line(self.d, self.masker), **missing)
 
     # -- the end ------------------------------------------------------------------------------
     def ended(self, now: float) -> bool:
@@ -260,7 +223,7 @@ class Watchdog:
         settle a match the run outlived, record the end."""
         self.link.at_end()
         self.over = True
-        self.beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
+        self.duty(Heartbeat).beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
             survivors = reap(self.run_id)
@@ -292,7 +255,7 @@ class Watchdog:
             return
         self.status = "done"
         self.events.write("done")
-        self.beat(force=True)
+        self.duty(Heartbeat).beat(force=True)
 
     def note_write_error(self, exc: OSError) -> None:
         """Said once per spell of failing writes (when it can be written): the watching goes on."""
@@ -301,35 +264,10 @@ class Watchdog:
             self.events.write("write_failed", message="cannot write the run's records (%s); the watchdog goes on "
                               "watching and writes them once it can" % (exc.strerror or exc))
 
-    def beat(self, force: bool = False) -> None:
-        now = time.time()
-        if not force and now - self.last_beat < p.HEARTBEAT_EVERY:
-            return
-        self.last_beat = now
-        self.pulse.beat()
-        self.events.flush()
-        if self.retry_abort is not None and self.status == "watching":
-            self.abort(self.retry_abort[0], **self.retry_abort[1])
-        failed = write_state(self.state_path, {
-            "pid": os.getpid(), "ts": round(now, 3), "started": self.started, "state": self.status,
-            "offset": self.offset, "line": self.matcher.line_number, "safe_offset": self.safe[0], "safe_line": self.safe[1],
-            "inode": self.inode, "stall": self.stall.describe(), "session_seen": self.session_seen,
-            "restarts": self.restarts, "attempt": self.attempt["attempt"], "start_failed": self.attempt.get("start_failed"),
-            "max_attempts": restarts.max_attempts(self.cfg),
-            "restart_due": (self.status == "aborting" or self.over) and restarts.due(self.d, self.cfg) is not None,
-            "disabled_rules": sorted(self.matcher.guard.disabled), "wait": self.waker.mode,
-            **self.quiet.heartbeat(),
-        })
-        if failed is not None:
-            self.note_write_error(failed)
-        elif self.write_failing and not self.events.pending:
-            self.write_failing = False
-
     def run(self) -> int:
         if self.restarts:
             self.events.write("watchdog_resumed", offset=self.safe[0], restarts=self.restarts)
-        self.beat(force=True)
-        next_claim_check = 0.0
+        self.duty(Heartbeat).beat(force=True)
         ready: List[int] = []
         while True:
             got = self.read_log()
@@ -338,20 +276,12 @@ class Watchdog:
             # Fewer bytes than asked for: the log's end. One pass per wake, then the wait (a write
             # that lands after the read is an event the wait returns for at once).
             at_end = got < READ
-            now_m, now = time.monotonic(), time.time()
-            self.check_stall(now_m)
-            self.check_quiet(now, samples=bool(ready))
-            # The records (abort.json, exit_code, the pane's end) are looked at when the wait says one
-            # may have changed (or it polls, or timed out), when the pane needs tmux, and every 0.25 s
-            # of a streaming log; a wake for a log line alone costs no look.
-            look = self.waker.records or bool(ready) or self.live.pid is None or self.status != "watching"
-            if (look if at_end else now >= next_claim_check):
-                next_claim_check = now + 0.25
-                self.check_claims()
-            self.beat()
-            if look and not os.path.isdir(self.d):  # the run's records were deleted: nothing to write to
+            w = Pass(self, time.time(), time.monotonic(), at_end, bool(ready))
+            for duty in self.duties.values():
+                duty(w)
+            if w.look and not os.path.isdir(self.d):  # the run's records were deleted: nothing to write to
                 return 0
-            if at_end and look and self.ended(now):
+            if at_end and w.look and self.ended(w.now):
                 self.finish()
                 return 0
             if at_end:
@@ -363,7 +293,7 @@ class Watchdog:
 
     def wait_for(self) -> float:
         """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
-        left = self.last_beat + p.HEARTBEAT_EVERY - time.time()
+        left = self.duty(Heartbeat).next_at - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
 

@@ -105,6 +105,10 @@ ATTEMPT_PENDING = (ATTEMPT_WAITING, ATTEMPT_STARTING)
 WATCHDOG_RESTARTING = "restarting"
 #: restart.on names that are no rule: the stall timeout, and training exiting non-zero without a rule.
 RESTART_STALL, RESTART_FAILED = "stall", "failed"
+#: The events a notification channel may be told of (playbook `notify[].on`), its default, and notify-test's.
+NOTIFY_WHATS = ("aborted", "restarted", "ended", "warned", "stalled")
+NOTIFY_DEFAULT_ON = ("aborted", "restarted", "ended")
+NOTIFY_TEST = "test"
 #: The compile guard (agent/guard/): the job sees this set to 1 when the guard is on.
 GPUOPS_COMPILE_GUARD = "GPUOPS_COMPILE_GUARD"
 COMPILE_GUARD = "compile-guard"  # present: run.sh and warmup.sh put the guard on (sh/common.sh guard_env)

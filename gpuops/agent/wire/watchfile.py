@@ -1,32 +1,25 @@
 """watch.json: the one module that composes, writes and reads it, and the one home of its defaults.
 
-The client composes it from the playbook at prepare time (gpuops.client.runspec), the agent's
-`prepare` writes it into the run directory, and every agent tool (watchdog, abort, start) reads
-its settings here: a default such as the abort's 30 s grace is spelled once, and the playbook
-loader (gpuops.config.model) takes its own defaults from this module.
+The client composes a WatchConfig from the playbook at prepare time (gpuops.client.runspec) and
+`compose` turns it into the record; the agent's `prepare` writes it into the run directory, and every
+agent tool (watchdog, abort, start, notify) reads it here, once, into the same frozen dataclasses and
+passes those on: no other agent module reads a key of it. A record an older gpuops wrote still reads:
+a missing key gets its default. A default such as the abort's 30 s grace is spelled once, and the
+playbook loader (gpuops.config.playbook_model) takes its own defaults from this module (the
+detectors' from detector_list.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import protocol as p
+from .detector_list import DETECTORS, DetectorSettings
 from .records import read_json
 from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
-
-#: The detectors' playbook keys' defaults (a section absent or None is off); detectors.DEFAULTS is this.
-DETECTOR_DEFAULTS: Dict[str, Any] = {
-    "throughput": {"pattern": None, "min_ratio": 0.5, "baseline": "last", "settle": 60.0, "window": 30.0, "action": "warn"},
-    "gpu_memory": {"max_ratio": 1.5, "max_swing_mib": 2048, "baseline": "last", "settle": 60.0, "window": 30.0,
-                   "action": "warn"},
-    "compile_after_warmup": {"settle": 60.0, "window": 60.0, "action": "warn"},
-    "sample_interval": 2.0,
-}
-#: The metric rules watch.json may carry (their figures feed the detectors, they never abort).
-METRIC_THROUGHPUT = "throughput"
-METRIC_RECOMPILES = "recompiles"
 
 #: abort: the signal (a name without SIG) sent to the run first, and the seconds it gets to end.
 ABORT_SIGNAL = "INT"
@@ -38,74 +31,225 @@ STALL_AUTO: Dict[str, float] = {"floor": 30.0, "factor": 5.0, "settle": 60.0, "i
 #: stacks: when the watchdog records the training's thread stacks before the abort's signal.
 STACKS = ON_STALL
 #: Seconds between GPU samples.
-SAMPLE_INTERVAL = float(DETECTOR_DEFAULTS["sample_interval"])
+SAMPLE_INTERVAL = 2.0
 #: preflight and the abort's drain: a GPU using more MiB than this is taken for busy.
 MAX_MEMORY_USED_MIB = 500
-#: Detector sections: the playbook keys' defaults (a section absent or None is off).
-THROUGHPUT: Dict[str, Any] = DETECTOR_DEFAULTS["throughput"]
-GPU_MEMORY: Dict[str, Any] = DETECTOR_DEFAULTS["gpu_memory"]
-COMPILE_AFTER_WARMUP: Dict[str, Any] = DETECTOR_DEFAULTS["compile_after_warmup"]
-
-#: Every key of watch.json, as compose writes them.
-KEYS = ("schema_version", "run", "playbook", "session", "gpus", "max_memory_used_mib", "abort", "builtin",
-        "builtin_rules", "rules", "stall", "sample_interval", "throughput", "gpu_memory", "compile_after_warmup",
-        "recompiles", "env", "secrets", "restart", "stacks", "notify")
+#: restart: seconds between attempts; a warmup's limit per GPU and its drain's.
+RESTART_DELAY = 10.0
+WARMUP_TIMEOUT = 1200.0
+WARMUP_DRAIN = 30.0
 
 
-def compose(*, run: str, playbook: str, session: str, gpus: List[int], max_memory_used_mib: int,
-            abort: Dict[str, Any], builtin: bool, builtin_rules: Dict[str, str], rules: List[Dict[str, str]],
-            stall: Dict[str, Any], sample_interval: float, throughput: Optional[Dict[str, Any]],
-            gpu_memory: Optional[Dict[str, Any]], compile_after_warmup: Optional[Dict[str, Any]], recompiles: bool,
-            env: Dict[str, str], secrets: List[str], restart: Optional[Dict[str, Any]], stacks: str,
-            notify: List[Dict[str, Any]], job: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The record, every key named (a key added on one side and not the other fails here, not on a target)."""
-    return {"schema_version": p.SCHEMA_VERSION, "run": run, "playbook": playbook, "session": session, "gpus": gpus,
-            "max_memory_used_mib": max_memory_used_mib, "abort": abort, "builtin": builtin,
-            "builtin_rules": builtin_rules, "rules": rules, "stall": stall, "sample_interval": sample_interval,
-            "throughput": throughput, "gpu_memory": gpu_memory, "compile_after_warmup": compile_after_warmup,
-            "recompiles": recompiles, "env": env, "secrets": secrets, "restart": restart, "stacks": stacks,
-            "notify": notify,
-            **({"job": job} if job else {})}  # one node of a torchrun job (docs/torchrun.md)
+@dataclass(frozen=True)
+class Abort:
+    signal: str = ABORT_SIGNAL
+    grace: float = ABORT_GRACE
 
 
-def write(d: str, cfg: Dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Stall:
+    """The stall clock's settings: timeout 0 is off; auto (its keys as given) learns it (watch/stall.py)."""
+
+    timeout: float = STALL_TIMEOUT
+    auto: Optional[Dict[str, float]] = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A playbook rule (watch.rules)."""
+
+    name: str
+    pattern: str
+    action: str = "abort"
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """restart.warmup: the playbook's warmup, run again before a restarted attempt."""
+
+    gpus: Tuple[int, ...] = ()
+    command: str = ""
+    timeout: float = WARMUP_TIMEOUT
+    drain_timeout: float = WARMUP_DRAIN
+
+
+@dataclass(frozen=True)
+class Restart:
+    """restart: what the watchdog needs to start training again."""
+
+    max: int = 0
+    on: Tuple[str, ...] = ()
+    compile_guard: bool = False
+    delay: float = RESTART_DELAY
+    warmup: bool = False
+    warmup_spec: Optional[Warmup] = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One node of a torchrun job (docs/torchrun.md): the job, this node, and the key its end is signed with."""
+
+    id: str = ""
+    node_rank: int = 0
+    nodes: Tuple[str, ...] = ()
+    endpoint: str = ""
+    node_name: str = ""
+    key: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """watch.json, typed: everything the watchdog (or a client taking over) needs to watch and stop the run."""
+
+    run: str = ""
+    playbook: Optional[str] = None
+    session: str = ""
+    gpus: Tuple[int, ...] = ()
+    max_memory_used_mib: int = MAX_MEMORY_USED_MIB
+    abort: Abort = Abort()
+    abort_written: bool = True  # False: the record had no `abort` (an abort's own record may say its signal)
+    builtin: bool = True
+    builtin_rules: Tuple[Tuple[str, str], ...] = ()  # (built-in rule, abort | warn | off)
+    rules: Tuple[Rule, ...] = ()
+    stall: Stall = Stall()
+    sample_interval: float = SAMPLE_INTERVAL
+    detectors: DetectorSettings = DetectorSettings(())
+    recompiles: bool = False
+    env: Dict[str, str] = field(default_factory=dict)
+    secrets: Tuple[str, ...] = ()
+    restart: Optional[Restart] = None
+    stacks: str = STACKS
+    notify: Tuple[Dict[str, Any], ...] = ()  # each channel as written (`on`, `webhook` or `command`, `format`, `secret`)
+    job: Optional[Job] = None
+
+    @property
+    def max_attempts(self) -> int:
+        """The first attempt and the restarts after it."""
+        return 1 + (self.restart.max if self.restart is not None else 0)
+
+
+def compose(cfg: WatchConfig) -> Dict[str, Any]:
+    """The record, every key named (what `read` reads back into the same WatchConfig)."""
+    r, w = cfg.restart, cfg.restart.warmup_spec if cfg.restart is not None else None
+    out: Dict[str, Any] = {
+        "schema_version": p.SCHEMA_VERSION, "run": cfg.run, "playbook": cfg.playbook, "session": cfg.session,
+        "gpus": list(cfg.gpus), "max_memory_used_mib": cfg.max_memory_used_mib,
+        "abort": {"signal": cfg.abort.signal, "grace": cfg.abort.grace}, "builtin": cfg.builtin,
+        "builtin_rules": dict(cfg.builtin_rules),
+        "rules": [{"name": x.name, "pattern": x.pattern, "action": x.action} for x in cfg.rules],
+        "stall": {"timeout": cfg.stall.timeout, "auto": cfg.stall.auto}, "sample_interval": cfg.sample_interval,
+        "recompiles": cfg.recompiles, "env": dict(cfg.env), "secrets": list(cfg.secrets),
+        "restart": None if r is None else {
+            "max": r.max, "on": list(r.on), "compile_guard": r.compile_guard, "delay": r.delay, "warmup": r.warmup,
+            "warmup_spec": None if w is None else {"gpus": list(w.gpus), "command": w.command, "timeout": w.timeout,
+                                                   "drain_timeout": w.drain_timeout}},
+        "stacks": cfg.stacks, "notify": [dict(c) for c in cfg.notify],
+    }
+    for spec in DETECTORS:
+        settings = cfg.detectors.of(spec.key)
+        out[spec.key] = None if settings is None else spec.plain(settings)
+    if cfg.job is not None:  # one node of a torchrun job (docs/torchrun.md)
+        j = cfg.job
+        out["job"] = {"id": j.id, "node_rank": j.node_rank, "nodes": list(j.nodes), "endpoint": j.endpoint,
+                      "node_name": j.node_name, "key": j.key}
+    return out
+
+
+def write(d: str, record: Dict[str, Any]) -> None:
     """Into a new run directory, mode 0600 (it holds the secrets the watchdog masks)."""
     fd = os.open(os.path.join(d, p.WATCH), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(cfg, sort_keys=True) + "\n")
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def read(d: str) -> Optional[Dict[str, Any]]:
+def read(d: str) -> Optional[WatchConfig]:
     """The run's watch.json; None when it is missing or garbled (a record without schema_version is an older run's)."""
-    return read_json(os.path.join(d, p.WATCH))
+    raw = read_json(os.path.join(d, p.WATCH))
+    return None if raw is None else parse(raw)
 
 
-def abort_settings(cfg: Dict[str, Any]) -> Tuple[str, float]:
-    """(signal name, grace seconds) of the run's abort."""
-    ab = cfg.get("abort") or {}
-    return str(ab.get("signal") or ABORT_SIGNAL), float(ab.get("grace", ABORT_GRACE))
+def read_or_default(d: str) -> WatchConfig:
+    """The run's watch.json, or every default when it is missing or garbled (a broken record never blocks a stop)."""
+    return read(d) or WatchConfig()
 
 
-def stacks_policy(cfg: Dict[str, Any]) -> str:
-    """watch.stacks: on_stall (the default, also for a run launched before the key), always or off."""
-    said = cfg.get("stacks")
-    return said if said in STACKS_POLICIES else STACKS
+def _get(raw: Dict[str, Any], key: str, convert: Callable[[Any], Any], default: Any) -> Any:
+    """raw[key] converted; the default when it is missing (or null where `or` says so) or cannot be converted."""
+    try:
+        return convert(raw[key]) if key in raw else default
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return default
 
 
-def stall_settings(cfg: Dict[str, Any]) -> Tuple[float, Optional[Dict[str, float]]]:
-    """(timeout, auto settings or None) for StallClock; timeout 0 is off."""
-    stall = cfg.get("stall") or {}
-    return float(stall.get("timeout", STALL_TIMEOUT)), stall.get("auto")
+def _section(raw: Dict[str, Any], key: str) -> Dict[str, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
 
 
-def sample_interval(cfg: Dict[str, Any]) -> float:
-    return float(cfg.get("sample_interval") or SAMPLE_INTERVAL)
+def parse(raw: Dict[str, Any]) -> WatchConfig:
+    """A decoded watch.json as a WatchConfig: the one reader of its keys."""
+    ab, stall = _section(raw, "abort"), _section(raw, "stall")
+    return WatchConfig(
+        run=str(raw.get("run") or ""), playbook=None if raw.get("playbook") is None else str(raw["playbook"]),
+        session=str(raw.get("session") or ""),
+        gpus=_get(raw, "gpus", lambda v: tuple(int(g) for g in v or ()), ()),
+        max_memory_used_mib=_get(raw, "max_memory_used_mib", int, MAX_MEMORY_USED_MIB),
+        abort=Abort(str(ab.get("signal") or ABORT_SIGNAL), _get(ab, "grace", float, ABORT_GRACE)),
+        abort_written="abort" in raw,
+        builtin=bool(raw.get("builtin", True)),
+        builtin_rules=_get(raw, "builtin_rules", lambda v: tuple((str(k), str(a)) for k, a in (v or {}).items()), ()),
+        rules=_get(raw, "rules", lambda v: tuple(Rule(str(x["name"]), str(x["pattern"]), str(x.get("action", "abort")))
+                                                 for x in v or ()), ()),
+        stall=Stall(_get(stall, "timeout", float, STALL_TIMEOUT),
+                    _get(stall, "auto", lambda v: None if v is None else {k: float(x) for k, x in v.items()}, None)),
+        sample_interval=_get(raw, "sample_interval", lambda v: float(v or SAMPLE_INTERVAL), SAMPLE_INTERVAL),
+        detectors=detectors(raw),
+        recompiles=bool(raw.get("recompiles")),
+        env=_get(raw, "env", lambda v: {str(k): str(x) for k, x in (v or {}).items()}, {}),
+        secrets=_get(raw, "secrets", lambda v: tuple(str(x) for x in v or ()), ()),
+        restart=_restart(raw.get("restart")),
+        stacks=raw["stacks"] if raw.get("stacks") in STACKS_POLICIES else STACKS,
+        notify=tuple(c for c in raw.get("notify") or () if isinstance(c, dict)),
+        job=_job(raw.get("job")),
+    )
 
 
-def notify_channels(cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The run's notification channels (`on`, `webhook` or `command`, `format`, `secret`); [] for none."""
-    return [c for c in cfg.get("notify") or [] if isinstance(c, dict)]
+def detectors(raw: Dict[str, Any]) -> DetectorSettings:
+    """Each detector's section (absent or null: off), its missing keys filled from its spec's defaults."""
+    found = []
+    for spec in DETECTORS:
+        section = raw.get(spec.key)
+        settings = None
+        if isinstance(section, dict):
+            settings = spec.settings(**{k.name: section.get(k.name, k.default) for k in spec.keys})
+        found.append((spec.key, settings))
+    return DetectorSettings(tuple(found))
 
 
-def max_memory_used_mib(cfg: Dict[str, Any]) -> int:
-    return int(cfg.get("max_memory_used_mib", MAX_MEMORY_USED_MIB))
+def _restart(section: Any) -> Optional[Restart]:
+    if not isinstance(section, dict):
+        return None
+    warm = section.get("warmup_spec")
+    spec = None if not isinstance(warm, dict) else Warmup(
+        _get(warm, "gpus", lambda v: tuple(int(g) for g in v or ()), ()), str(warm.get("command") or ""),
+        _get(warm, "timeout", lambda v: float(v or WARMUP_TIMEOUT), WARMUP_TIMEOUT),
+        _get(warm, "drain_timeout", lambda v: float(v or WARMUP_DRAIN), WARMUP_DRAIN))
+    return Restart(max=_get(section, "max", lambda v: int(v or 0), 0),
+                   on=_get(section, "on", lambda v: tuple(str(x) for x in v or ()), ()),
+                   compile_guard=bool(section.get("compile_guard")),
+                   delay=_get(section, "delay", float, RESTART_DELAY), warmup=bool(section.get("warmup")),
+                   warmup_spec=spec)
+
+
+def _job(section: Any) -> Optional[Job]:
+    if not isinstance(section, dict) or not section:
+        return None
+    return Job(id=str(section.get("id") or ""), node_rank=_get(section, "node_rank", int, 0),
+               nodes=_get(section, "nodes", lambda v: tuple(str(x) for x in v or ()), ()),
+               endpoint=str(section.get("endpoint") or ""), node_name=str(section.get("node_name") or ""),
+               key=str(section.get("key") or ""))
+
+
+def with_session(cfg: WatchConfig, session: str, gpus: Tuple[int, ...]) -> WatchConfig:
+    """cfg with the run's session and GPUs as meta.json says them (a garbled watch.json never blocks a stop)."""
+    return replace(cfg, session=session, gpus=cfg.gpus or gpus)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuops.agent.wire.detector_list import DETECTORS
 from gpuops.cli.report.happened import detail, name, number, words
 from gpuops.cli.report.plot import LIMIT, PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock, drawable
 from gpuops.cli.report.stack_view import Attempt, attempts
@@ -183,11 +184,14 @@ def charts(rec: dict[str, Any]) -> list[Chart]:
     mem_notes += [f"The baseline ({', '.join(mem_left)}) cannot be drawn: left out."] if mem_left else []
     util, util_notes = per_gpu(1)
     common = {"t0": t0, "t1": t1, "marks": all_marks, "spans": spans}
-    return [
-        Chart("Throughput (the figure the log prints)", "figure / s", [Series("throughput", tp, THROUGHPUT)] if tp else [],
-              levels=levels, fmt=figure, empty="no throughput figures: set watch.throughput.pattern",
-              notes=left_out_note([(t, v) for t, v in tp if not drawable(v)], t0) + notes, **common),
-        Chart("GPU memory used", "MiB", mem, levels=mem_levels, fmt=lambda v: f"{v:,.0f}", notes=mem_notes, **common),
+    # The telemetry series a detector's plot may name (wire/detector_list.Plot), with their baseline levels and
+    # what could not be drawn of them.
+    tp_notes = left_out_note([(t, v) for t, v in tp if not drawable(v)], t0) + notes
+    drawn = {"throughput": ([Series("throughput", tp, THROUGHPUT)] if tp else [], levels, figure, tp_notes),
+             "memory": (mem, mem_levels, lambda v: f"{v:,.0f}", mem_notes)}
+    plots = [d.plot for d in DETECTORS if d.plot is not None and d.plot.series in drawn]
+    return [Chart(plot.title, plot.unit, drawn[plot.series][0], levels=drawn[plot.series][1], fmt=drawn[plot.series][2],
+                  empty=plot.empty or Chart.empty, notes=drawn[plot.series][3], **common) for plot in plots] + [
         Chart("GPU utilisation", "%", util, y_max=100.0, fmt=lambda v: f"{v:.0f}", notes=util_notes, **common),
     ]
 
