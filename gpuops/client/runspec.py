@@ -119,6 +119,8 @@ def watch_config(job: Job, run_id: str) -> watchfile.WatchConfig:
         stacks=w.stacks,
         notify=tuple(notify_config(job)),
         job=watchfile.Job(**job.node.watch()) if job.node is not None else None,
+        metrics=watchfile.Metrics(textfile=w.metrics.textfile, pushgateway=w.metrics.pushgateway,
+                                  secret=w.metrics.secret, keep_ended=w.metrics.keep_ended),
     )
 
 
@@ -153,6 +155,8 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
         watch["notify"] = [{**c, "webhook": "***"} if c["secret"] else c for c in watch["notify"]]
+        if watch["metrics"]["secret"] and watch["metrics"]["pushgateway"]:
+            watch["metrics"] = {**watch["metrics"], "pushgateway": "***"}
         if watch.get("job"):
             watch["job"] = {**watch["job"], "key": "***"}
         command = job.mask(command)

@@ -48,7 +48,7 @@ def _channel(node: Node, number: int, environ: Env[str, str], need_env: bool) ->
         fmt = s.choice(n, FORMATS, "a webhook format (json: the payload; slack: {\"text\": ...})")
     if command is not None:
         return Channel(on=on, command=_command(command, where))
-    url, secret, source = _webhook(hook, where, environ, need_env)
+    url, secret, source = secret_url(hook, f"{where}'s webhook", environ, need_env)
     return Channel(on=on, webhook=url, secret=secret, format=fmt, from_env=source)  # type: ignore[arg-type]
 
 
@@ -71,10 +71,12 @@ def _on(node: Node, where: str) -> tuple[str, ...]:
     return out
 
 
-def _webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:
-    """(URL, secret, the local variable it was read from). A URL with credentials (`user:password@`) is a
-    secret whatever the playbook says: its password is never shown."""
-    url, secret, source = _read_webhook(node, where, environ, need_env)
+def secret_url(node: Node, named: str, environ: Env[str, str], need_env: bool,
+               noun: str = "a webhook URL") -> tuple[str, bool, str | None]:
+    """(URL, secret, the local variable it was read from) of a URL written plain or as `{value | from_env,
+    secret}` (a notify webhook, watch.metrics.pushgateway: `named` names it in messages). A URL with credentials
+    (`user:password@`) is a secret whatever the playbook says: its password is never shown."""
+    url, secret, source = _read_url(node, named, environ, need_env, noun)
     return url, secret or _has_credentials(url), source
 
 
@@ -82,18 +84,19 @@ def _has_credentials(url: str) -> bool:
     return "@" in url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
 
 
-def _read_webhook(node: Node, where: str, environ: Env[str, str], need_env: bool) -> tuple[str, bool, str | None]:
+def _read_url(node: Node, named: str, environ: Env[str, str], need_env: bool,
+              noun: str) -> tuple[str, bool, str | None]:
     if isinstance(node, Scalar):
-        return _url(s.nonempty(node, "a webhook URL (http:// or https://)"), node.mark, where, shown=True), False, None
-    sec = s.Section(node, f"{where}'s webhook", WEBHOOK_KEYS)
+        return _url(s.nonempty(node, f"{noun} (http:// or https://)"), node.mark, named, shown=True), False, None
+    sec = s.Section(node, named, WEBHOOK_KEYS)
     value_node, from_node = sec.get("value"), sec.get("from_env")
     if (value_node is None) == (from_node is None):
-        raise ConfigError(sec.mark, f"{where}'s webhook takes `value` (the URL) or `from_env` (the variable "
+        raise ConfigError(sec.mark, f"{named} takes `value` (the URL) or `from_env` (the variable "
                                     "holding it), one of them")
     secret_node = sec.get("secret")
     if value_node is not None:
         secret = s.boolean(secret_node) if secret_node is not None else False
-        url = _url(s.nonempty(value_node, "a webhook URL"), value_node.mark, where, shown=not secret)
+        url = _url(s.nonempty(value_node, noun), value_node.mark, named, shown=not secret)
         return url, secret, None
     secret = s.boolean(secret_node) if secret_node is not None else True  # a URL kept in the environment is a credential
     source = from_node.text if isinstance(from_node, Scalar) and s.IDENTIFIER.match(from_node.text) else None
@@ -102,12 +105,12 @@ def _read_webhook(node: Node, where: str, environ: Env[str, str], need_env: bool
     if source not in environ:
         if not need_env:
             return "", secret, source
-        raise ConfigError(from_node.mark, f"environment variable '{source}' is not set ({where}'s webhook "
+        raise ConfigError(from_node.mark, f"environment variable '{source}' is not set ({named} "
                                           "reads its URL from it)")
-    return _url(environ[source], from_node.mark, where, shown=not secret, source=source), secret, source
+    return _url(environ[source], from_node.mark, named, shown=not secret, source=source), secret, source
 
 
-def _url(url: str, mark: Mark, where: str, *, shown: bool, source: str | None = None) -> str:
+def _url(url: str, mark: Mark, named: str, *, shown: bool, source: str | None = None) -> str:
     """An http(s) URL with a host the sender can POST to (webhook.split_url: a `user:password@` is sent as
     Basic authentication); the message never quotes a secret one."""
     try:
@@ -116,6 +119,6 @@ def _url(url: str, mark: Mark, where: str, *, shown: bool, source: str | None = 
             return url
     except ValueError:  # a bad port, a bad IPv6 host ("http://[::1/x")
         pass
-    what = f"environment variable '{source}'" if source else f"{where}'s webhook"
+    what = f"environment variable '{source}'" if source else named
     got = f": got {url!r}" if shown and not _has_credentials(url) else " (its value is a secret: not shown)"
     raise ConfigError(mark, f"{what} is not an http:// or https:// URL with a host{got}")

@@ -23,7 +23,7 @@ from ..run import restart as restarts
 from ..wire import watchfile
 from ..wire.watchfile import WatchConfig
 from ..run.abort import claim, reap, stop_run
-from .duties import DUTIES, Duty, Heartbeat, Pass, Stall
+from .duties import DUTIES, Duty, Heartbeat, Metrics, Pass, Stall
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
@@ -252,10 +252,12 @@ class Watchdog:
             self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
             restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
             self.pulse.beat()
+            self.duty(Metrics).now()
             return
         self.status = "done"
         self.events.write("done")
         self.duty(Heartbeat).beat(force=True)
+        self.duty(Metrics).end()
 
     def note_write_error(self, exc: OSError) -> None:
         """Said once per spell of failing writes (when it can be written): the watching goes on."""
