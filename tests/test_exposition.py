@@ -16,7 +16,10 @@ from gpuops.agent.wire.exposition import LABEL_MAX, Exposition, Family, escape_l
 from gpuops.agent.wire.metric_table import (GPU_FAMILIES, GPU_HEALTH_FAMILIES, RUN_FAMILIES, STATES, GpuReading,
                                            RunSnapshot, health_family, render)
 
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus) missing")
+def needs_promtool(test):  # type: ignore[no-untyped-def]
+    """A test that runs promtool (a process: a bench test, skipped where Debian's prometheus is not installed)."""
+    skip = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus) missing")
+    return pytest.mark.bench(skip(test))
 
 HOSTILE = ['ct"200', "back\\slash", "new\nline", "x" * 10_000, "tab\there", "bad \udcff bytes", "}{,=", "\x00nul"]
 
@@ -42,6 +45,7 @@ def samples(text: str) -> list[str]:
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
+@needs_promtool
 def test_every_family_is_declared_once_with_help_and_type_and_promtool_has_no_warning() -> None:
     text = render([full_run()])
     names = re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)
@@ -51,8 +55,7 @@ def test_every_family_is_declared_once_with_help_and_type_and_promtool_has_no_wa
     for name, kind in names:
         assert (kind == "counter") == name.endswith("_total")
         assert re.search(rf"^# HELP {name} \S", text, re.M)
-    if shutil.which("promtool"):
-        assert promtool_check(text) == ""
+    assert promtool_check(text) == ""
 
 
 def test_a_running_run_has_no_exit_code_and_its_state_is_one_series_each_of_one() -> None:
@@ -88,6 +91,7 @@ def test_a_hostile_name_never_breaks_the_format(name: str) -> None:
         assert len(line) < 2000
 
 
+@needs_promtool
 def test_a_rule_or_word_that_is_not_a_name_is_exposed_as_other_and_counted() -> None:
     """A rule label takes a rule's name, never text: a name with quotes or a log line is `other` (summed)."""
     line = 'RuntimeError: "x"\nTraceback (most recent call last):'
@@ -100,8 +104,7 @@ def test_a_rule_or_word_that_is_not_a_name_is_exposed_as_other_and_counted() -> 
     assert re.search(r'^gpuops_rule_matches_total\{.*rule="other",action="abort"\} 3$', text, re.M)
     assert re.search(r'^gpuops_rule_matches_total\{.*rule="ok-rule",action="other"\} 1$', text, re.M)
     assert re.search(r'^gpuops_notifications_sent_total\{.*what="other",via="webhook"\} 1$', text, re.M)
-    if shutil.which("promtool"):
-        assert promtool_check(text) == ""
+    assert promtool_check(text) == ""
 
 
 def test_label_values_are_escaped_and_bounded() -> None:
