@@ -103,6 +103,16 @@ def test_a_detached_run_shows_in_node_exporter_and_prometheus_until_its_end_and_
     assert all(r["metric"]["uuid"].startswith("GPU-") for r in memory)
     assert float(memory[0]["value"][1]) > 500 * 2**20
 
+    # gpuops metrics prints the same exposition from the records, with the heartbeat's age at this moment
+    said = ct.gpuops("metrics")
+    assert said.code == 0, said
+    assert promtool_check(said.text) == ""
+    assert series(said.text, "gpuops_throughput", run)[0].endswith(f" {TOK}")
+    assert series(said.text, "gpuops_watchdog_heartbeat_age_seconds", run)
+    (obj,) = [e for e in ct.gpuops("metrics", "--json").events() if e["run"] == run]
+    assert (obj["event"], obj["target"], obj["state"], obj["throughput"]) == ("metrics", "ct200", "running", TOK)
+    assert sorted(g["gpu"] for g in obj["gpus"]) == list(GPUS) and obj["exit_code"] is None
+
     # the run ends by itself: its state goes to succeeded and its exit code shows
     wait_until(lambda: one(prom, f'gpuops_run_exit_code{{run="{run}"}}') == 0, timeout=SEEN_WITHIN,
                message="the exit code in Prometheus")
@@ -111,12 +121,15 @@ def test_a_detached_run_shows_in_node_exporter_and_prometheus_until_its_end_and_
     assert one(prom, f'gpuops_run_ended{{run="{run}"}}') == 1
     final = prom_file.read_text()
     assert promtool_check(final) == "" and "gpuops_gpu_memory_used_bytes" not in final  # drained GPUs: no sample
+    ended = ct.gpuops("metrics")
+    assert [line.rsplit(" ", 1)[1] for line in series(ended.text, "gpuops_run_exit_code", run)] == ["0"]
 
     # keep_ended later the file is gone, so are the series, and so is the process that took them away
     wait_until(lambda: not prom_file.exists(), timeout=SEEN_WITHIN, message="the run's file taken away")
     wait_until(lambda: not prom.query(f'gpuops_run_info{{run="{run}"}}'), timeout=SEEN_WITHIN,
                message="the run's series gone from Prometheus")
     assert [name for name in prom.textfile_dir.iterdir() if run in name.name] == []
+    assert run not in ct.gpuops("metrics").text  # past keep_ended: no longer one of the target's runs
     wait_until(lambda: not ct.run_processes(run), timeout=30, message="no process of the run left")
 
 

@@ -43,7 +43,6 @@ def _folder(node: Node) -> str:
     """An absolute folder on the target, or one under the target user's home (~/...): node_exporter's
     --collector.textfile.directory, as the target sees it."""
     path = s.nonempty(node, "a folder on the target (node_exporter's --collector.textfile.directory)")
-    s.without_nul(path, "a folder", lambda i: node.mark)
     if not (path.startswith("/") or path == "~" or path.startswith("~/")):
         raise ConfigError(node.mark, f"watch.metrics.textfile is a folder on the target written absolute (/...) or "
                                      f"under the target user's home (~/...), got {path!r}")
