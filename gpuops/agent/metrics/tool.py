@@ -29,7 +29,7 @@ READ_LIMIT = 1 << 26
 def _locked(session: str) -> bool:
     """The launch lock of the session is held: its launch is in preflight or warmup (lock.sh)."""
     try:
-        fh = open(os.path.join(p.state_dir(), p.LOCKS, session + ".lock"), "a")
+        fh = open(os.path.join(p.state_dir(), p.LOCKS, session + ".lock"), "r")
     except OSError:
         return False
     try:
@@ -41,17 +41,29 @@ def _locked(session: str) -> bool:
         fh.close()
 
 
-def live(meta: Dict[str, Any], beat: Dict[str, Any], now: float) -> bool:
-    """The run (or its launch) goes on."""
+def _current(session: str, home: Optional[str]) -> str:
+    """The run id the session's record names: only that run of a session can still go on."""
+    try:
+        with open(os.path.join(p.state_dir(home), p.SESSIONS, session), encoding="utf-8") as fh:
+            return fh.read(200).strip()
+    except OSError:
+        return ""
+
+
+def live(run: str, meta: Dict[str, Any], beat: Dict[str, Any], now: float, home: Optional[str] = None) -> bool:
+    """The run (or its launch) goes on: its watchdog beats, or (its watchdog gone) it is its session's current
+    run and the session lives, or its launch holds the launch lock."""
     if beat.get("state") == "done" or meta.get("phase") in p.NOT_STARTED_PHASES:
         return False
-    session = str(meta.get("session") or "")
-    if meta.get("phase") in p.WARMING_PHASES and not beat:
-        return bool(session) and _locked(session)
     ts = beat.get("ts")
     if isinstance(ts, (int, float)) and now - ts < p.HEARTBEAT_STALE:
         return True
-    return bool(session) and tmux.alive(session)
+    session = str(meta.get("session") or "")
+    if not session or _current(session, home) != run:
+        return False
+    if meta.get("phase") in p.WARMING_PHASES and not beat:
+        return _locked(session)
+    return tmux.alive(session)
 
 
 def _is_run_id(name: str) -> bool:
@@ -76,7 +88,7 @@ def snapshots(now: float, playbook: Optional[str] = None, home: Optional[str] = 
             continue
         cfg = watchfile.read_or_default(d)
         beat = read_json(os.path.join(d, p.WATCHDOG)) or {}
-        going = live(meta, beat, now)
+        going = live(name, meta, beat, now, home)
         collector = Collector(d, cfg)
         if not going:
             _, _, ended = collector.state(beat, False)
