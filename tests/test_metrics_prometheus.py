@@ -97,15 +97,21 @@ def test_a_detached_run_shows_in_node_exporter_and_prometheus_until_its_end_and_
     wait_until(lambda: one(prom, f'gpuops_throughput{{run="{run}"}}') == TOK, timeout=SEEN_WITHIN,
                message="the throughput in Prometheus")
     assert one(prom, f'gpuops_run_state{{run="{run}",state="running",target="ct200",playbook="prom-test"}}') == 1
-    memory = wait_until(lambda: prom.query(f'gpuops_gpu_memory_used_bytes{{run="{run}"}}'), timeout=SEEN_WITHIN,
-                        message="the GPUs' memory in Prometheus")
+    def trained() -> Any:  # the trainer's memory on both GPUs, as sampled
+        rows = prom.query(f'gpuops_gpu_memory_used_bytes{{run="{run}"}} > {500 * 2**20}')
+        return rows if len(rows) == 2 else None
+
+    memory = wait_until(trained, timeout=SEEN_WITHIN, message="the GPUs' memory in Prometheus")
     assert sorted(r["metric"]["gpu"] for r in memory) == ["5", "6"]
     assert all(r["metric"]["uuid"].startswith("GPU-") for r in memory)
-    assert float(memory[0]["value"][1]) > 500 * 2**20
 
     # gpuops metrics prints the same exposition from the records, with the heartbeat's age at this moment
-    said = ct.gpuops("metrics")
-    assert said.code == 0, said
+    def printed() -> Any:
+        said = ct.gpuops("metrics")
+        assert said.code == 0, said
+        return said if series(said.text, "gpuops_throughput", run) else None
+
+    said = wait_until(printed, timeout=SEEN_WITHIN, message="the throughput in gpuops metrics (watchdog.json's beat)")
     assert promtool_check(said.text) == ""
     assert series(said.text, "gpuops_throughput", run)[0].endswith(f" {TOK}")
     assert series(said.text, "gpuops_watchdog_heartbeat_age_seconds", run)

@@ -196,8 +196,13 @@ class Metrics(Duty):
     def due(self, w: Pass) -> bool:
         return self.publisher is not None and super().due(w)
 
+    def wake_at(self) -> float:
+        """When the loop's wait must end for the next render (never, without metrics)."""
+        return self.next_at if self.publisher is not None else float("inf")
+
     def run(self, w: Pass) -> None:
-        self.say(self.publisher.publish(w.now, self.wd.duty(Heartbeat).last))
+        # the watchdog's state this moment (as the heartbeat would record it): a render is never a beat behind
+        self.say(self.publisher.publish(w.now, self.wd.duty(Heartbeat).record(w.now)))
 
     def now(self) -> None:
         """Out of turn: the attempt ended and the next one waits (the run shows as restarting, as watchdog.json

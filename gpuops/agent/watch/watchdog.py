@@ -294,8 +294,8 @@ class Watchdog:
                 ready = []
 
     def wait_for(self) -> float:
-        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
-        left = self.duty(Heartbeat).next_at - time.time()
+        """Seconds to sleep at most: until the next heartbeat (or metrics render); short while an abort is under way."""
+        left = min(self.duty(Heartbeat).next_at, self.duty(Metrics).wake_at()) - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
 
