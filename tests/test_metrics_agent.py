@@ -103,6 +103,14 @@ def test_an_ended_run_has_its_exit_code_and_keeps_its_gpus_uuids_not_their_sampl
     assert snap.log_silence_seconds is None
 
 
+def test_gpu_health_counters_in_the_heartbeat_reach_the_gpus_reading(tmp_path: Path) -> None:
+    d = run_dir(tmp_path)
+    b = beat()
+    b["telemetry"]["health"] = {"5": {"ecc_uncorrected": 2, "note": "text is no counter"}}
+    gpus = {g.gpu: g for g in Collector(str(d), cfg()).snapshot(time.time(), b, live=True).gpus}
+    assert (gpus[5].health, gpus[6].health) == ({"ecc_uncorrected": 2}, {})
+
+
 def test_a_restart_waiting_and_a_node_of_a_torchrun_job(tmp_path: Path) -> None:
     d = run_dir(tmp_path)
     (d / p.ATTEMPT).write_text(json.dumps({"attempt": 2, "state": p.ATTEMPT_WAITING}))

@@ -187,6 +187,7 @@ class Collector:
         procs = tele.get("processes") if isinstance(tele.get("processes"), dict) else {}
         levels = base.get("gpu_memory") if isinstance(base.get("gpu_memory"), dict) else {}
         uuids = tele.get("uuids") if isinstance(tele.get("uuids"), dict) else {}
+        health = tele.get("health") if isinstance(tele.get("health"), dict) else {}  # GPU -> {counter key: value}
         out = []
         for gpu in sorted(set(self.cfg.gpus) | {int(k) for k in samples if str(k).isdigit()}):
             key = str(gpu)
@@ -195,5 +196,7 @@ class Collector:
                 gpu=gpu, uuid=str(uuids.get(key) or ""), memory_used_mib=_number(mib) if live else None,
                 utilization_pct=_number(util) if live else None,
                 processes=int(procs[key]) if live and isinstance(procs.get(key), int) else None,
-                memory_baseline_mib=_number(levels.get(key))))
+                memory_baseline_mib=_number(levels.get(key)),
+                health={str(k): v for k, v in (health.get(key) or {}).items() if _number(v) is not None}
+                if isinstance(health.get(key), dict) else {}))
         return out
