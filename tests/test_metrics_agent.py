@@ -166,13 +166,16 @@ def test_a_failing_place_is_said_once_per_spell_and_a_slow_one_never_holds_up_an
 
 
 def test_the_sweep_takes_only_gpuops_files_nobody_rewrote_for_a_day(tmp_path: Path) -> None:
-    for name in ("gpuops-old.prom", "gpuops-new.prom", "other.prom", "gpuops-mine.prom"):
+    names = ("gpuops-old.prom", "gpuops-new.prom", "other.prom", "gpuops-mine.prom", ".gpuops-old.prom.7.tmp",
+             ".gpuops-new.prom.8.tmp")
+    for name in names:
         (tmp_path / name).write_text("x 1\n")
     past = time.time() - STALE_AFTER - 60
-    for name in ("gpuops-old.prom", "other.prom", "gpuops-mine.prom"):
+    for name in ("gpuops-old.prom", "other.prom", "gpuops-mine.prom", ".gpuops-old.prom.7.tmp"):
         os.utime(tmp_path / name, (past, past))
     sweep(str(tmp_path), "gpuops-mine.prom")
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["gpuops-mine.prom", "gpuops-new.prom", "other.prom"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == [".gpuops-new.prom.8.tmp", "gpuops-mine.prom",
+                                                          "gpuops-new.prom", "other.prom"]
 
 
 def test_the_metrics_tool_lists_live_runs_and_those_ended_within_keep_ended(tmp_path: Path) -> None:

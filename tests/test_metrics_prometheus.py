@@ -209,7 +209,7 @@ def test_hostile_names_reach_prometheus_escaped_and_bounded(prom: PromStack) -> 
     """A target and playbook name with quotes, backslashes and a newline, one of 10,000 characters, a rule that is
     a log line: node_exporter reads the file (no scrape error), Prometheus gets the names as written (the long one
     cut to 128 characters), and the log line never reaches a label."""
-    hostile = 'ct"200\\x\nend'
+    hostile = 'ct"200\\x\nend\ttab\x00nul \u00e9'
     runs = {"20261206-000000-host01": hostile, "20261206-000000-host02": "t" * 10_000}
     paths = []
     for run, name in runs.items():

@@ -64,20 +64,30 @@ def remove_textfile(folder: str, name: str) -> None:
 STALE_AFTER = 86400.0
 
 
+#: A temporary of a writer killed mid-write is this old at least before it is swept.
+STALE_TEMPORARY = 3600.0
+
+
 def sweep(folder: str, own: str, now: Optional[float] = None) -> None:
     """Remove gpuops' run files that nobody rewrote for STALE_AFTER seconds (a live run's is rewritten every
-    sample interval; an ended one's goes keep_ended seconds after its end)."""
+    sample interval; an ended one's goes keep_ended seconds after its end), and temporaries a killed writer left."""
     import time
 
     now = time.time() if now is None else now
     try:
-        names = [n for n in os.listdir(folder) if n.startswith("gpuops-") and n.endswith(".prom") and n != own]
+        names = os.listdir(folder)
     except OSError:
         return
     for name in names:
+        if name.startswith("gpuops-") and name.endswith(".prom") and name != own:
+            age = STALE_AFTER
+        elif name.startswith(".gpuops-") and name.endswith(".tmp"):
+            age = STALE_TEMPORARY
+        else:
+            continue
         path = os.path.join(folder, name)
         try:
-            if now - os.lstat(path).st_mtime > STALE_AFTER:
+            if now - os.lstat(path).st_mtime > age:
                 os.unlink(path)
         except OSError:
             pass
