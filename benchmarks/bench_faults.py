@@ -117,7 +117,7 @@ def long_escaped_abort_line() -> Result:
         (d / "meta.json").write_text("{}")
         (d / "abort.json").write_text(json.dumps({"reason": "match", "rule": "boom", "by": "watchdog",
                                                   "line": "\x00" * 20000 + " BOOM"}))
-        from gpuops.client.agent.replies import read_probe
+        from gpuops.agent.wire.protocol import parse_probe as read_probe
         out = subprocess.run(["bash", str(ROOT / "gpuops" / "agent" / "sh" / "probe.sh"), "train"], capture_output=True,
                              text=True, env={"HOME": tmp, "PATH": "/usr/bin:/bin", "TMUX_TMPDIR": tmp}).stdout
         run = read_probe(out).sessions["train"].run

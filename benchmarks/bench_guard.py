@@ -1,4 +1,4 @@
-"""What the regex time budget (gpuops/agent/signatures/budget.py) costs the scan, and how long a
+"""What the regex time budget (gpuops/agent/wire/signatures/budget.py) costs the scan, and how long a
 catastrophic playbook pattern holds it up before it is disabled.
 
 The same synthetic log as bench_scan.py, the same rules: the built-in ones plus the playbook's
@@ -18,7 +18,7 @@ from typing import Any
 
 from benchkit import Row
 from bench_scan import EXTRA_RULES, FX_TRACEBACK, MIB, write_log
-from gpuops.agent.signatures.matcher import Matcher, Rule, builtin_rules, regex_rule
+from gpuops.agent.wire.signatures.matcher import Matcher, Rule, builtin_rules, regex_rule
 
 CATASTROPHIC = r"(a+)+$"
 

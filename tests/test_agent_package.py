@@ -78,7 +78,7 @@ def test_every_module_imports_and_matches_a_real_log_on_python_3_8(tmp_path: Pat
     program = (
         f"import sys; sys.path.insert(0, {str(lib)!r}); import importlib\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "from gpuops_agent.signatures import Matcher, builtin_rules\n"
+        "from gpuops_agent.wire.signatures import Matcher, builtin_rules\n"
         "m = Matcher(builtin_rules())\n"
         f"hits = m.feed(open({str(log)!r}, 'rb').read()) + m.finish()\n"
         "print(sys.version_info[:2], sorted({h.rule for h in hits}))\n"
@@ -130,7 +130,7 @@ SHELL_PROGRAM = re.compile(
 )
 PYTHON_C_ARGV = re.compile(r"""(?:python3?['"]?|sys\.executable),\s*['"]-[A-Za-z]*c['"]""")
 # The one program that cannot be a shipped file: the installer that puts the shipped files there.
-ALLOWED = {("gpuops/client/agent/bundle.py", "install_command")}
+ALLOWED = {("gpuops/client/door/bundle.py", "install_command")}
 
 
 def inline_programs(path: Path, root: Path = REPO) -> list[str]:

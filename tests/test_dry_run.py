@@ -252,7 +252,7 @@ def test_printed_commands_run_as_printed_through_both_shell_layers(
 ) -> None:
     """Send the printed commands (and their printed stdin) with the real ssh client: the host's login
     shell, then bash -c in the CT. A hostile env value and command arrive as they were written."""
-    from gpuops.client.agent.bundle import bundle
+    from gpuops.client.door.bundle import bundle
 
     sshd, fake, inv = lab
     canary = tmp_path / "canary"

@@ -21,8 +21,8 @@ from bench.cli import Running
 from bench.inventory import silent_host
 from gpuops.config.model import Host
 from gpuops.errors import UsageError
-from gpuops.transport import sshresolve
-from gpuops.transport.head_start import Early
+from gpuops.transport.ssh import resolve as sshresolve
+from gpuops.transport.ssh.head_start import Early
 
 
 class Conn:

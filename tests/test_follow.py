@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.agent import Agent
-from gpuops.client.agent.replies import FollowReader
-from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
+from gpuops.client.door import Door
+from gpuops.agent.wire.frames import FrameReader
+from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
 from gpuops.transport.local import LocalTransport
 
 RUN = "20261129-000000-abcdef"
@@ -26,7 +26,7 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TMUX", raising=False)
     d = tmp_path / ".gpuops" / "runs" / RUN
     d.mkdir(parents=True)
-    Agent(LocalTransport(), label="local").install()
+    Door(LocalTransport(), label="local").install()
     return d
 
 
@@ -49,7 +49,7 @@ def test_frames_parse_across_any_split() -> None:
     payload = (b"D 7 0 5\nhello" + b"H 1.0 5 0.5 0.8 5 watching\n" + b"W 0 %d\n" % len(events) + events
                + b"D 7 5 3\n\n\r\n" + b"E exit 0\n")
     for size in range(1, len(payload) + 1):
-        frames = FollowReader()
+        frames = FrameReader()
         got = []
         for i in range(0, len(payload), size):
             got += list(frames.feed(payload[i : i + size]))
@@ -62,14 +62,14 @@ def test_frames_parse_across_any_split() -> None:
 def test_once_prints_the_log_as_it_is(run_dir: Path) -> None:
     raw = b"step 1\r\x1b[31mred\x1b[0m\n\xff\xfe invalid utf-8\nno newline at end"
     (run_dir / "log").write_bytes(raw)
-    out, events = _collect(LogFollower(Agent(LocalTransport()), RUN, "", once=True))
+    out, events = _collect(LogFollower(Door(LocalTransport()), RUN, "", once=True))
     assert out == raw
     assert isinstance(events[-1], Ended) and events[-1].how == "once"
 
 
 def test_tail_starts_at_the_last_n_lines(run_dir: Path) -> None:
     (run_dir / "log").write_bytes(b"".join(b"line %d\n" % i for i in range(100)))
-    out, _ = _collect(LogFollower(Agent(LocalTransport()), RUN, "", once=True, tail=3))
+    out, _ = _collect(LogFollower(Door(LocalTransport()), RUN, "", once=True, tail=3))
     assert out == b"line 97\nline 98\nline 99\n"
 
 
@@ -83,7 +83,7 @@ def test_waits_for_the_log_then_streams_until_the_exit_code(run_dir: Path) -> No
         (run_dir / "exit_code").write_text("3\n")
 
     threading.Thread(target=writer, daemon=True).start()
-    out, events = _collect(LogFollower(Agent(LocalTransport()), RUN, ""))
+    out, events = _collect(LogFollower(Door(LocalTransport()), RUN, ""))
     assert out == b"".join(b"step %d\n" % i for i in range(50))
     assert events[-1] == Ended("exit", 3)
 
@@ -91,7 +91,7 @@ def test_waits_for_the_log_then_streams_until_the_exit_code(run_dir: Path) -> No
 def test_truncation_restarts_from_zero(run_dir: Path) -> None:
     log = run_dir / "log"
     log.write_bytes(b"old content that is long\n")
-    follower = LogFollower(Agent(LocalTransport()), RUN, "")
+    follower = LogFollower(Door(LocalTransport()), RUN, "")
     seen = bytearray()
     resets = []
     for ev in follower:
@@ -113,7 +113,7 @@ def test_truncation_restarts_from_zero(run_dir: Path) -> None:
 def test_rotation_follows_the_new_file(run_dir: Path) -> None:
     log = run_dir / "log"
     log.write_bytes(b"first file\n")
-    follower = LogFollower(Agent(LocalTransport()), RUN, "")
+    follower = LogFollower(Door(LocalTransport()), RUN, "")
     seen = bytearray()
     for ev in follower:
         if isinstance(ev, Data):
@@ -133,7 +133,7 @@ def test_heartbeats_report_size_and_mtime_for_stall_detection(run_dir: Path) -> 
     (run_dir / "log").write_bytes(b"x\n")
     old = time.time() - 500
     os.utime(run_dir / "log", (old, old))
-    follower = LogFollower(Agent(LocalTransport()), RUN, "")
+    follower = LogFollower(Door(LocalTransport()), RUN, "")
     for ev in follower:
         if isinstance(ev, Heartbeat) and ev.size >= 0:
             assert ev.size == 2
@@ -145,19 +145,19 @@ def test_heartbeats_report_size_and_mtime_for_stall_detection(run_dir: Path) -> 
 def test_a_10mb_line_streams_through(run_dir: Path) -> None:
     big = b"x" * (10 * 1024 * 1024)
     (run_dir / "log").write_bytes(big + b"\nend\n")
-    out, _ = _collect(LogFollower(Agent(LocalTransport()), RUN, "", once=True))
+    out, _ = _collect(LogFollower(Door(LocalTransport()), RUN, "", once=True))
     assert len(out) == len(big) + 5 and out.endswith(b"\nend\n")
 
 
 def test_the_watchdogs_events_stream_beside_the_log_and_resume_by_offset(run_dir: Path) -> None:
     import subprocess
 
-    from gpuops.client.stream import Reconnecting
+    from gpuops.client.follower import Reconnecting
 
     (run_dir / "log").write_bytes(b"step 1\n")
     lines = [b'{"event":"match","rule":"loss-nan","offset":0}\n', b'{"event":"stall","seconds":9}\n']
     (run_dir / "events.jsonl").write_bytes(lines[0])
-    follower = LogFollower(Agent(LocalTransport()), RUN, "", dead_after=2.0)
+    follower = LogFollower(Door(LocalTransport()), RUN, "", dead_after=2.0)
     seen, reconnects = [], 0
     for ev in follower:
         if isinstance(ev, WatchdogEvent):
@@ -192,7 +192,7 @@ def test_a_live_watchdog_is_waited_for_before_the_end_is_said(run_dir: Path) -> 
         (run_dir / "watchdog.json").write_text(json.dumps({**beat, "ts": time.time(), "state": "done"}))
 
     threading.Thread(target=watchdog_finishes, daemon=True).start()
-    _, events = _collect(LogFollower(Agent(LocalTransport()), RUN, ""))
+    _, events = _collect(LogFollower(Door(LocalTransport()), RUN, ""))
     kinds = [type(e).__name__ for e in events]
     assert kinds[-2:] == ["WatchdogEvent", "Ended"] and events[-2].record["event"] == "done"
 
@@ -208,7 +208,7 @@ def test_a_follower_that_dies_at_once_is_an_error_not_a_reconnect_loop(run_dir: 
     monkeypatch.setenv("PATH", str(bindir))  # the target's bash finds no python3
     started = time.monotonic()
     with pytest.raises(RemoteError, match="exited with code 127.*python3"):
-        _collect(LogFollower(Agent(LocalTransport()), RUN, ""))
+        _collect(LogFollower(Door(LocalTransport()), RUN, ""))
     assert time.monotonic() - started < 60  # three quick tries, not the 900 s reconnect budget
 
 

@@ -325,8 +325,8 @@ def a_crowded_known_hosts(path: Path, keys: list[tuple[str, str]]) -> list[str]:
 def test_loading_only_the_servers_lines_gives_paramikos_own_verdicts(
     tmp_path: Path, public_keys: list[tuple[str, str]]
 ) -> None:
-    from gpuops.transport._paramiko import paramiko
-    from gpuops.transport.hostkeys import load_known_hosts
+    from gpuops.transport.ssh._paramiko import paramiko
+    from gpuops.transport.ssh.hostkeys import load_known_hosts
 
     known = tmp_path / "known_hosts"
     names = a_crowded_known_hosts(known, public_keys)
@@ -386,8 +386,8 @@ def test_a_crowded_hashed_known_hosts_still_lets_in_the_right_key_and_refuses_a_
 def test_revoked_lines_follow_openssh_host_patterns(
     tmp_path: Path, public_keys: list[tuple[str, str]], pattern: str, revoked: bool
 ) -> None:
-    from gpuops.transport._paramiko import paramiko
-    from gpuops.transport.hostkeys import load_known_hosts
+    from gpuops.transport.ssh._paramiko import paramiko
+    from gpuops.transport.ssh.hostkeys import load_known_hosts
 
     (t0, k0), (t1, k1) = public_keys[:2]
     known = tmp_path / "known_hosts"

@@ -50,7 +50,7 @@ def session_exists() -> bool:
 
 def watching(d: Path):  # noqa: ANN201 - (Liveness, Waker)
     from gpuops.agent.run.liveness import Liveness
-    from gpuops.agent.system.filewatch import Waker
+    from gpuops.agent.system.wake import Waker
 
     live = Liveness(str(d), SESSION, RUN)
     assert not live.gone(0.0)  # learns the pane: one tmux call

@@ -24,7 +24,7 @@ from bench import FakeProxmox, SshServer, write_inventory
 from bench.cli import gpuops
 from bench.users import OtherUser, UsersUnavailable, shared_folder
 from gpuops.localfiles import UnsafeFolder, private_folder
-from gpuops.transport import sshargv
+from gpuops.transport.ssh import argv as sshargv
 
 LOCAL_INV = Path(__file__).resolve().parent.parent / "inventories" / "local.yaml"
 

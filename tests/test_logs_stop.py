@@ -15,8 +15,8 @@ import yaml
 from bench import BIN_DIR, procs, wait_until
 from bench.watchdog import remove_watchdog
 from gpuops.config import load_inventory
-from gpuops.client.stream import Data, Ended, LogFollower
-from gpuops.client.agent import Agent
+from gpuops.client.follower import Data, Ended, LogFollower
+from gpuops.client.door import Door
 from gpuops.transport import Pool
 from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, trainer
 
@@ -238,9 +238,9 @@ def test_follower_resumes_after_dropped_connections_without_loss_or_repeats(ct: 
     inventory = load_inventory(str(ct.inventory))
     pool = Pool(inventory)
     transport = pool.target(inventory.targets["ct200"])
-    agent = Agent(transport, label="ct200")
-    agent.install()  # gpuops' target files, as a launch leaves them
-    follower = LogFollower(agent, run_id, "")
+    door = Door(transport, label="ct200")
+    door.install()  # gpuops' target files, as a launch leaves them
+    follower = LogFollower(door, run_id, "")
     got = bytearray()
     drops = [500, 1500]  # drop every connection when this many lines have arrived
     exit_file = run_dir / "exit_code"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.wire.masking import Masker
-from gpuops.agent.signatures import Matcher, builtin_rules, metric_rule, regex_rule
-from gpuops.agent.signatures.budget import Guard
+from gpuops.agent.wire.signatures import Matcher, builtin_rules, metric_rule, regex_rule
+from gpuops.agent.wire.signatures.budget import Guard
 
 REAL = Path(__file__).parent / "data" / "real_h200"
 LOGS = Path(__file__).parent / "data" / "logs"

@@ -45,10 +45,10 @@ def test_the_keys_reach_watch_json_and_a_secret_url_is_masked_where_shown(tmp_pa
     m = pb.watch.metrics
     assert (m.textfile, m.pushgateway, m.secret, m.from_env, m.keep_ended) == ("~/metrics", SECRET, True, "PGW", 30.0)
     assert SECRET in pb.secrets and SECRET.split("://", 1)[1] in pb.secrets
-    job = _job(pb)
-    sent = json.loads(prepare_spec(job, "20261206-000000-abcdef"))["watch"]["metrics"]
+    play = _play(pb)
+    sent = json.loads(prepare_spec(play, "20261206-000000-abcdef"))["watch"]["metrics"]
     assert sent == {"textfile": "~/metrics", "pushgateway": SECRET, "secret": True, "keep_ended": 30.0}
-    shown = prepare_spec(job, "20261206-000000-abcdef", shown=True).decode()
+    shown = prepare_spec(play, "20261206-000000-abcdef", shown=True).decode()
     assert "hunter2" not in shown and "s3cret" not in shown
     assert json.loads(shown)["watch"]["metrics"]["pushgateway"] == "***"
 
@@ -63,10 +63,10 @@ def test_no_metrics_key_is_none_and_a_plain_url_is_no_secret(tmp_path: Path) -> 
     assert unset.watch.metrics.secret and not unset.watch.metrics.pushgateway
 
 
-def _job(pb: object) -> object:
-    """The smallest Job prepare_spec reads: the playbook on the local target (no transport: nothing runs)."""
-    from gpuops.client.job import Job
+def _play(pb: object) -> object:
+    """The smallest Play prepare_spec reads: the playbook on the local target (no transport: nothing runs)."""
+    from gpuops.client.play import Play
     from gpuops.config import load_inventory
 
     inv = load_inventory(str(Path(__file__).resolve().parent.parent / "inventories" / "local.yaml"))
-    return Job(inv, pb, inv.targets["local"], None)  # type: ignore[arg-type]
+    return Play(inv, pb, inv.targets["local"], None)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The user's own `ssh` carries gpuops' connections (transport/openssh.py): their ControlMaster, an IdentityAgent,
+"""The user's own `ssh` carries gpuops' connections (transport/ssh/openssh.py): their ControlMaster, an IdentityAgent,
 a certificate, the user's ProxyCommand, gpuops' own master reused by the next command, ssh's 255 told from the command's, a closed port
 said at once, and UserKnownHostsFile / Include paths with spaces (issue 29 item 9).
 
@@ -27,7 +27,7 @@ from gpuops.command import Cmd
 from gpuops.config import load_inventory
 from gpuops.errors import ConnectError
 from gpuops.transport import Pool
-from gpuops.transport.connecting import ConnectionLost
+from gpuops.transport.ssh.connecting import ConnectionLost
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh client")
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gpuops.client.agent.replies import read_probe
+from gpuops.agent.wire.protocol import parse_probe as read_probe
 
 PROBE = Path(__file__).resolve().parent.parent / "gpuops" / "agent" / "sh" / "probe.sh"
 

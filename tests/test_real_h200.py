@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.client.gpus import check_idle, parse_gpus
-from gpuops.agent.signatures.matcher import Matcher, builtin_rules
+from gpuops.agent.wire.signatures.matcher import Matcher, builtin_rules
 
 REAL = Path(__file__).parent / "data" / "real_h200"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.agent.guard.counts import Counts
-from gpuops.agent.watch.ruleset import build_matcher
+from gpuops.agent.wire.ruleset import build_matcher
 from gpuops.agent.watch.supervise import done
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.records import outcome, read_json, read_text
+from gpuops.agent.wire.runinfo import RunInfo
 from gpuops.agent.wire.watchfile import parse
-from gpuops.client.runs import RunInfo
 
 REAL = Path(__file__).parent / "data" / "real_h200" / "guard"
 

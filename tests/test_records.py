@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.runs import RunInfo
+from gpuops.agent.wire.runinfo import RunInfo
 from gpuops.agent.wire.protocol import SCHEMA_VERSION
 from gpuops.agent.wire.records import command_exit_code, outcome, read_json, write_json_atomic
 

@@ -44,10 +44,10 @@ def test_compile_guard_defaults_to_launchs_in_watch_json(tmp_path: Path) -> None
     from gpuops.agent.wire.watchfile import compose, parse
     from gpuops.client.runspec import plain, restart_config
 
-    class Job:  # restart_config reads only the playbook
+    class Play:  # restart_config reads only the playbook
         playbook = load_playbook(write(tmp_path, "restart: {max: 1, on: [stall]}\n"), environ={})
 
-    assert compose(parse({"restart": plain(restart_config(Job()))}))["restart"] == {
+    assert compose(parse({"restart": plain(restart_config(Play()))}))["restart"] == {
         "max": 1, "on": ["stall"], "compile_guard": False, "delay": 10.0, "warmup": False, "warmup_spec": None}
 
 
@@ -88,7 +88,7 @@ def test_the_fx_family_and_compile_after_warmup_advice_says_how_to_turn_the_guar
 
     from gpuops.agent.detect.compile_after_warmup import COMPILE_ADVICE
     from gpuops.agent.detect.judge import EAGER_ADVICE
-    from gpuops.agent.signatures.rules import advice
+    from gpuops.agent.wire.signatures.rules import advice
 
     for text in (advice("fx-tracing-race"), advice("fx-patcher-race"), EAGER_ADVICE, COMPILE_ADVICE):
         assert text and "launch.compile_guard: true" in text and "restart:" in text and "compile_guard: true}" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from gpuops.cli.spark import BLOCKS, memory_series, shape, sparkline
-from gpuops.agent.detect.telemetry import parse_lines
+from gpuops.agent.wire.samples import parse_lines
 
 
 def test_a_flat_compiled_run_is_one_level() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuops.errors import AuthError, ChangedHostKey, SshFileError, UnknownHostKey
-from gpuops.transport.sshfail import HopView, SshFailed, classify, fingerprint
-from gpuops.transport.sshresolve import config_word, split_config_words, ssh_words
+from gpuops.transport.ssh.fail import HopView, SshFailed, classify, fingerprint
+from gpuops.transport.ssh.resolve import config_word, split_config_words, ssh_words
 
 HOP = HopView("pve1", "[127.0.0.1]:2222", "~/.ssh/known_hosts", user="root")
 SERVER_KEY = "debug1: Server host key: ssh-ed25519 SHA256:PZ8qoVGG604GUsF47di/8AN8onXx1/RD1fhIz3DnULs\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuops.agent.watch.stall import AUTO_DEFAULTS, StallClock
+from gpuops.agent.wire.stall import AUTO_DEFAULTS, StallClock
 
 T0 = 1796120709.83
 AUTO = {"floor": 30, "factor": 5, "settle": 60, "initial": 900}

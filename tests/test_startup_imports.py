@@ -89,7 +89,7 @@ def test_ssh_config_match_exec_still_runs_through_the_deferred_invoke(tmp_path: 
     code = textwrap.dedent(
         """
         import sys
-        from gpuops.transport._paramiko import paramiko
+        from gpuops.transport.ssh._paramiko import paramiko
         assert getattr(sys.modules["invoke"], "__spec__", None) is None, "invoke imported up front"
         cfg = paramiko.SSHConfig.from_text('Match exec "test -e %s"\\n  Port 2222\\nHost *\\n  User nobody\\n' % sys.argv[1])
         print(cfg.lookup("gpu-host").get("port"), cfg.lookup("gpu-host").get("user"))
@@ -109,13 +109,13 @@ def test_loading_the_config_imports_no_log_matcher() -> None:
     import sys
 
     code = ("import sys, gpuops.config.model, gpuops.client.status; "
-            "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.signatures.')))")
+            "print(sorted(m for m in sys.modules if m.startswith('gpuops.agent.wire.signatures.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "gpuops.agent.signatures.matcher" not in out and "gpuops.agent.signatures.budget" not in out, out
+    assert "gpuops.agent.wire.signatures.matcher" not in out and "gpuops.agent.wire.signatures.budget" not in out, out
 
 
 def test_validate_shows_the_connection_without_importing_an_ssh_library() -> None:
-    # validate plans each target's chain as ssh resolves it (sshplan.py); connecting it is sshchain's.
+    # validate plans each target's chain as ssh resolves it (transport/ssh/plan.py); connecting it is chain.py's.
     seen = imports_of("validate", "-i", str(REPO / "inventories/example.yaml"), "-p", str(REPO / "playbooks/dflash.yaml"))
     assert seen["code"] == 0, seen
     assert "paramiko" not in seen["imported"], seen

@@ -29,8 +29,8 @@ from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotR
 from gpuops.transport import Pool
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
-from gpuops.transport.ssh import SshTransport
-from gpuops.transport.lowlatency import LowLatencySocket
+from gpuops.transport.ssh.paramiko_transport import SshTransport
+from gpuops.transport.ssh.lowlatency import LowLatencySocket
 
 REPO = Path(__file__).resolve().parent.parent
 

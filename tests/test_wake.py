@@ -102,7 +102,7 @@ def test_waits_end_at_once_when_a_record_appears_and_a_poll_is_all_there_is_with
                                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The wait itself: a file change ends it early (inotify), the timeout ends it otherwise; the fallback
     waits POLL at most. Figures are printed, not asserted against a clock."""
-    from gpuops.agent.system import filewatch as wake
+    from gpuops.agent.system import wake
 
     (tmp_path / "log").write_bytes(b"")
     w = wake.Waker(str(tmp_path), ["log"], quiet=["watchdog.json"])
@@ -134,7 +134,7 @@ def test_a_streaming_log_wakes_the_waiter_once_per_gather_window_not_once_per_wr
                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # At 20 MB/s the watchdog was woken by every write and read a line at a time (20% of a core). Real
     # writes and real inotify; the waiter's clock is the test's, so what it sleeps is exact.
-    from gpuops.agent.system import filewatch as wake
+    from gpuops.agent.system import wake
 
     log = tmp_path / "log"
     log.write_text("")
@@ -174,7 +174,7 @@ def test_a_rotation_that_inotify_cannot_see_polls_for_a_while_not_for_good(tmp_p
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 29.10: `mv log log.1` with the job writing on into log.1 sends no event for the name `log`;
     # three timed-out waits that found growth made the watchdog poll every 20 ms for the rest of the run
-    from gpuops.agent.system import filewatch as wake
+    from gpuops.agent.system import wake
 
     (tmp_path / "log").write_bytes(b"")
     w = wake.Waker(str(tmp_path), ["log"])

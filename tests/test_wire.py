@@ -17,7 +17,7 @@ import pytest
 from bench.fakes import FakeProxmox, make_root
 from gpuops.agent.wire import protocol as p
 from gpuops.transport.base import Result
-from gpuops.transport.pct import parse_pct_status
+from gpuops.transport.pct import parse_pct_exec, parse_pct_status
 
 REPO = Path(__file__).resolve().parents[1]
 SH = REPO / "gpuops" / "agent" / "sh"
@@ -80,7 +80,7 @@ def test_probe_without_nvidia_smi_says_so(fake: FakeProxmox, tmp_path: Path) -> 
     if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in env["PATH"].split(":")):
         pytest.skip("a real nvidia-smi is on /usr/bin here")
     done = subprocess.run(["bash", str(SH / "probe.sh")], env=env, capture_output=True, text=True, timeout=60)
-    assert p.parse_probe(done.stdout).smi is False
+    assert p.parse_probe(done.stdout).smi_found is False
 
 
 def test_lock_reply_takes_the_lock_and_a_second_launch_is_told_who_holds_it(fake: FakeProxmox) -> None:
@@ -155,8 +155,8 @@ def test_pct_exec_reply_is_none_in_a_running_container_and_pct_status_after_a_fa
                               text=True, timeout=60, cwd=fake.home(None)).stdout
 
     ran = run("200")
-    assert (ran, p.parse_pct_exec(ran)) == ("inside\n", None)
-    failed = p.parse_pct_exec(run("201"))
+    assert (ran, parse_pct_exec(ran)) == ("inside\n", None)
+    failed = parse_pct_exec(run("201"))
     assert failed is not None and failed.exec_rc != 0
     said = Result(failed.status_rc, failed.status_said.encode(), b"")
     assert parse_pct_status(said) == "stopped", failed
@@ -199,9 +199,10 @@ def test_the_one_outcome_mapping_gives_the_contract_exit_codes(exit_text, abort,
 def test_the_agents_exit_codes_are_the_contracts() -> None:
     from gpuops.errors import ExitCode
 
-    assert (p.EXIT_OK, p.EXIT_CONNECT, p.EXIT_WARMUP, p.EXIT_FAILED, p.EXIT_ABORTED, p.EXIT_STALLED, p.EXIT_TIMEOUT,
-            p.EXIT_INTERRUPTED) == (ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED,
-                                    ExitCode.ABORTED, ExitCode.STALLED, ExitCode.TIMEOUT, ExitCode.INTERRUPTED)
+    assert (p.ExitCode.OK, p.ExitCode.CONNECT, p.ExitCode.WARMUP, p.ExitCode.TRAINING_FAILED, p.ExitCode.ABORTED,
+            p.ExitCode.STALLED, p.ExitCode.TIMEOUT, p.ExitCode.INTERRUPTED) == (
+        ExitCode.OK, ExitCode.CONNECT, ExitCode.WARMUP, ExitCode.TRAINING_FAILED, ExitCode.ABORTED, ExitCode.STALLED,
+        ExitCode.TIMEOUT, ExitCode.INTERRUPTED)
 
 
 def test_a_won_abort_writes_versioned_records_and_reads_an_older_runs_watch_json(fake: FakeProxmox) -> None:

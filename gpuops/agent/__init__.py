@@ -1,7 +1,7 @@
 """What runs ON the target (inside the container, beside the run): standard library only.
 
 This package is shipped to the target as files (a content-hashed copy under
-``~/.gpuops/lib/``, see ``gpuops.client.agent.bundle``) and imported there as ``gpuops_agent``; here it is
+``~/.gpuops/lib/``, see ``gpuops.client.door.bundle``) and imported there as ``gpuops_agent``; here it is
 ``gpuops.agent``. So every module in it imports only the standard library and its siblings,
 through relative imports, and runs on Python 3.8 (Ubuntu 20.04) and newer.
 """

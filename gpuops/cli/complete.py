@@ -11,9 +11,12 @@ most RUN_ID_BUDGET seconds, and completes nothing (and says nothing) when the ta
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from gpuops.config.model import Inventory, Target
 
 COMPLETE_VAR = "_GPUOPS_COMPLETE"  # click's name for it: _{PROG}_COMPLETE
 RUN_ID_BUDGET = 3.0  # seconds a completion may wait for the target's run ids: a prompt must not hang
@@ -75,21 +78,22 @@ def complete_run_ids(ctx: click.Context, incomplete: str, budget: float = RUN_ID
 
 def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
     """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently.
-    The target is the one `logs` itself would pick (cli/targets.py): the first -t, else the playbook's."""
+    The target is the one `logs` itself would pick (client/selection.py): the first -t, else the playbook's."""
     try:
-        from gpuops.cli.targets import select_targets
-        from gpuops.client.agent import Agent
+        from gpuops.client.selection import select_targets
+        from gpuops.client.door import Door
         from gpuops.transport import Pool
 
         sel = select_targets(_path(ctx, "inventory", "GPUOPS_INVENTORY"), _path(ctx, "playbook", "GPUOPS_PLAYBOOK"),
                              tuple(ctx.params.get("targets") or ()), run=True, need_env=False)
-        target = sel.targets[0]
+        target, pb = sel.targets[0], sel.playbook
+        assert pb is not None  # run=True: the playbook is required
         pool = Pool(sel.inventory, retry_time=0)
         try:
-            rows = Agent(pool.target(target), label=target.name).runs(RUN_IDS, timeout=RUN_ID_BUDGET)
+            rows = Door(pool.target(target), label=target.name).runs(RUN_IDS, timeout=RUN_ID_BUDGET)
         finally:
             pool.close()
-        found.extend(r for r in rows if r.get("session") == sel.playbook.launch.session)
+        found.extend(r for r in rows if r.get("session") == pb.launch.session)
     except Exception:  # noqa: BLE001 - a completion must never print into the prompt
         return
 
@@ -100,11 +104,11 @@ def _path(ctx: click.Context, name: str, env: str) -> str | None:
     return os.path.expanduser(str(path)) if path else None
 
 
-def _where(target: Any) -> str:
+def _where(target: Target) -> str:
     return f"CT {target.ctid} on {target.host}" if target.ctid is not None else f"on {target.host}"
 
 
-def _inventory(ctx: click.Context) -> Any:
+def _inventory(ctx: click.Context) -> Inventory | None:
     """The inventory named on the command line being completed, else in GPUOPS_INVENTORY; None if unreadable."""
     path = _path(ctx, "inventory", "GPUOPS_INVENTORY")
     if not path:

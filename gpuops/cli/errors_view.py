@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import click
+
+    from gpuops.client.gpus import GpuCheck
 
 
-def show_error(message: str, hint: str | None, exc: Any) -> None:
+def show_error(message: str, hint: str | None, exc: BaseException | None) -> None:
     sys.stderr.write(error_text(message, hint, exc))
     sys.stderr.flush()
 
 
-def show_click_error(exc: Any) -> None:
+def show_click_error(exc: click.ClickException) -> None:
     """click's own errors (a bad option, a missing value) in gpuops' one style, with a usage hint."""
     import click
 
@@ -24,7 +29,8 @@ def show_click_error(exc: Any) -> None:
 
 
 def error_text(message: str, hint: str | None, exc: Any, head: str = "gpuops: error: ") -> str:
-    """The error's lines: the message after `head`, the measured table or output tail, the hint."""
+    """The error's lines: the message after `head`, the measured table or output tail, the hint (`exc`: any error;
+    a preflight's findings and thresholds, a warmup's GPU and tail are read where it carries them)."""
     parts = [f"{head}{message}\n"]
     findings = getattr(exc, "findings", None)
     if findings:
@@ -38,7 +44,7 @@ def error_text(message: str, hint: str | None, exc: Any, head: str = "gpuops: er
     return "".join(parts)
 
 
-def _findings_table(findings: list[Any], thresholds: dict[str, Any]) -> str:
+def _findings_table(findings: list[GpuCheck], thresholds: dict[str, Any]) -> str:
     rows = [("GPU", "memory used", "limit", "util", "limit", "procs", "verdict")]
     for f in findings:
         rows.append((

@@ -18,13 +18,17 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 from gpuops.cli.signals import cause_of, code_of, outcome_of
 from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
 
-Work = Callable[[Any, Any], int]  # (job, renderer) -> exit code; a GpuopsError is that target's error
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report, Terminal
+    from gpuops.client.play import Play
+
+Work = Callable[["Play", "Render"], int]  # (play, renderer) -> exit code; a GpuopsError is that target's error
 _HEADER = struct.Struct("!I")
 _CARRIED = ("findings", "thresholds", "gpu", "tail", "run", "target")  # what the renderers and the report read
 
@@ -40,7 +44,7 @@ class Carried(GpuopsError):
 
 @dataclass
 class _Worker:
-    job: Any
+    play: Play
     pid: int
     fd: int
     buf: bytearray = field(default_factory=bytearray)
@@ -53,7 +57,7 @@ class _Worker:
 
     @property
     def name(self) -> str:
-        return self.job.target.name
+        return self.play.target.name
 
 
 class _Relay:
@@ -80,14 +84,14 @@ class _Relay:
 
 
 class Fanout:
-    """Runs `work` for every job at once and renders what each reports; `ordered`: one target's output after another."""
+    """Runs `work` for every play at once and renders what each reports; `ordered`: one target's output after another."""
 
-    def __init__(self, jobs: list[Any], render_for: Callable[[Any], Any], base: Any, report: Any, *,
+    def __init__(self, plays: list[Play], render_for: Callable[[Play], Render], base: Terminal, report: Report, *,
                  as_json: bool, ordered: bool = False, sum_up: bool = True) -> None:
-        self.jobs, self.base, self.report = jobs, base, report
+        self.plays, self.base, self.report = plays, base, report
         self.as_json, self.ordered = as_json, ordered
-        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_cmd.py)
-        self.renders = {job.target.name: render_for(job) for job in jobs}
+        self.sum_up = sum_up  # False: the caller says the last word (a torchrun job's summary, cli/job_flow.py)
+        self.renders = {play.target.name: render_for(play) for play in plays}
         self.workers: list[_Worker] = []
         self.broken = False
 
@@ -96,15 +100,15 @@ class Fanout:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # a forked copy of unwritten output would be written twice
         me = os.getpid()
-        for job in self.jobs:
+        for play in self.plays:
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:
                 for fd in [read_end] + [w.fd for w in self.workers]:
                     os.close(fd)
-                _worker_main(job, work, write_end, me)
+                _worker_main(play, work, write_end, me)
             os.close(write_end)
-            self.workers.append(_Worker(job, pid, read_end))
+            self.workers.append(_Worker(play, pid, read_end))
         try:
             with self._passing_signals_on():
                 self._pump()
@@ -214,10 +218,11 @@ class Fanout:
 
     def _error(self, name: str, exc: Carried) -> None:
         from gpuops.cli.options import error_outcome
+        from gpuops.cli.render import JsonRenderer
 
         if self.report.path:
             self.report.suite(name).error(exc, exc.exit_code)
-        if self.as_json:
+        if isinstance(self.base, JsonRenderer):  # --json
             self.base.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), name)
         else:
             self.base.error(name, exc.exit_code, str(exc), exc.hint, exc)
@@ -230,9 +235,11 @@ class Fanout:
             raise BrokenPipeError()
         if not self.sum_up:
             return code
-        if self.as_json:
+        from gpuops.cli.render import JsonRenderer
+
+        if isinstance(self.base, JsonRenderer):  # --json
             order = {w.name: i for i, w in enumerate(self.workers)}
-            self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(obj.get("target"), 0)))
+            self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(str(obj.get("target")), 0)))
         else:
             each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
             self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))
@@ -249,11 +256,11 @@ def _carry(exc: GpuopsError) -> dict[str, Any]:
     return {"message": str(exc), "hint": exc.hint, "exit_code": exc.exit_code, "details": details}
 
 
-def _cost(job: Any) -> tuple[int, int]:
-    return job.transport.connections_made, job.transport.commands
+def _cost(play: Play) -> tuple[int, int]:
+    return play.transport.connections_made, play.transport.commands
 
 
-def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:
+def _worker_main(play: Play, work: Work, fd: int, parent: int) -> NoReturn:
     """In the forked worker: run the work for one target, relay everything, never return."""
     from gpuops.cli.options import internal_error
 
@@ -267,18 +274,18 @@ def _worker_main(job: Any, work: Work, fd: int, parent: int) -> NoReturn:
     # gpuops was started with SIGINT ignored (a background job of a script)
     relay = _Relay(fd)
     try:
-        code = work(job, relay)
-        relay.send(("done", code, _cost(job)))
+        code = work(play, relay)
+        relay.send(("done", code, _cost(play)))
     except GpuopsError as exc:
-        exc.target = getattr(exc, "target", None) or job.target.name
-        relay.send(("error", _carry(exc), _cost(job)))
+        exc.target = getattr(exc, "target", None) or play.target.name
+        relay.send(("error", _carry(exc), _cost(play)))
     except KeyboardInterrupt as exc:  # before or after the work's own handling: still one result
-        code, name = code_of(exc), job.target.name
+        code, name = code_of(exc), play.target.name
         relay.outcome(Outcome(outcome_of(exc), code, f"{cause_of(exc)} while at work on {name}: see `gpuops status -t {name}`", {}))
-        relay.send(("done", code, _cost(job)))
+        relay.send(("done", code, _cost(play)))
     except BaseException as exc:  # noqa: BLE001 - a bug in one target's work must not take the others down
         message, hint = internal_error(exc)
-        relay.send(("error", _carry(GpuopsError(message, hint=hint)), _cost(job)))
+        relay.send(("error", _carry(GpuopsError(message, hint=hint)), _cost(play)))
     finally:
         os._exit(0)
 

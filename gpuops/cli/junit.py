@@ -12,10 +12,15 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from gpuops.errors import ExitCode, GpuopsError, UsageError
 from gpuops.client.events import Event, Outcome
+
+if TYPE_CHECKING:
+    from types import TracebackType
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 LOG_TAIL_BYTES = 128 * 1024
 LOG_TAIL_LINES = 200  # the end of the training log, in the training testcase's system-out
@@ -57,7 +62,7 @@ class Case:
 class Suite:
     """A target's testcases, what its run said, and the end of its log."""
 
-    def __init__(self, target: str, playbook: str, gpus: tuple[int, ...], host: str, mask: Any, began: float) -> None:
+    def __init__(self, target: str, playbook: str, gpus: tuple[int, ...], host: str, mask: Callable[[str], str], began: float) -> None:
         self.target, self.playbook, self.host, self.mask = target, playbook, host, mask
         self.began = began
         self.cases = {"preflight": Case("preflight", started=self.began)}
@@ -68,7 +73,7 @@ class Suite:
         self.log = bytearray()
         self.abort_match: dict[str, Any] = {}
 
-    def warmup(self, gpu: Any) -> Case:
+    def warmup(self, gpu: int) -> Case:
         name = f"warmup GPU {gpu}"
         if name not in self.cases:  # a GPU the plan did not list: keep training last
             training = self.cases.pop("training")
@@ -239,7 +244,7 @@ def _note(ev: Event) -> str:
 class _Tee:
     """The renderer the command uses: everything goes to the real one, then to the report."""
 
-    def __init__(self, inner: Any, report: Report) -> None:
+    def __init__(self, inner: Render, report: Report) -> None:
         self._inner, self._report = inner, report
 
     def event(self, ev: Event) -> None:
@@ -262,35 +267,35 @@ class Report:
         self.path, self.command, self.default_target = path, command, target
         self.began = time.time()  # the command's start: preflight's time includes connecting and the lock
         self.suites: dict[str, Suite] = {}
-        self.jobs: dict[str, Any] = {}
+        self.plays: dict[str, Play] = {}
         self.ended = False
         if path:
             check_writable(path)
 
-    def wrap(self, render: Any, job: Any) -> Any:
-        """The renderer to use for `job`: the same output, also recorded (unchanged without --junit)."""
+    def wrap(self, render: Render, play: Play) -> Render:
+        """The renderer to use for `play`: the same output, also recorded (unchanged without --junit)."""
         if not self.path:
             return render
-        self.jobs[job.target.name] = job
-        self.default_target = job.target.name
+        self.plays[play.target.name] = play
+        self.default_target = play.target.name
         return _Tee(render, self)
 
     def suite(self, target: str | None) -> Suite:
         name = target or self.default_target or "gpuops"
         if name not in self.suites:
-            job = self.jobs.get(name)
-            if job is None:
+            play = self.plays.get(name)
+            if play is None:
                 self.suites[name] = Suite(name, "gpuops", (), "", lambda text: text, self.began)
             else:
-                warmup = job.playbook.warmup
-                self.suites[name] = Suite(name, job.playbook.name, warmup.gpus if warmup else (), job.target.host,
-                                          job.mask, self.began)
+                warmup = play.playbook.warmup
+                self.suites[name] = Suite(name, play.playbook.name, warmup.gpus if warmup else (), play.target.host,
+                                          play.mask, self.began)
         return self.suites[name]
 
     def __enter__(self) -> Report:
         return self
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not self.path:
             return
         if exc is not None and not self.ended:

@@ -6,115 +6,123 @@ from __future__ import annotations
 import functools
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuops.cli.targets import load_jobs
+from gpuops.client.selection import load_plays
 from gpuops.cli.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
 from gpuops.errors import ExitCode, GpuopsError
-from gpuops.client.events import Outcome
+from gpuops.client.events import Event, Outcome
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report
+    from gpuops.client.play import Play
 
 
 def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool = False,
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
-               report: Any = NO_REPORT, stop_on_exit: bool = False) -> int:
+               report: Report = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
         from gpuops.cli.dry_run import dry_run
 
         return dry_run(inventory, playbook, targets, every, as_json)
-    jobs = load_jobs(inventory, playbook, targets, every)
-    from gpuops.cli.job_cmd import is_job, run_job
+    plays = load_plays(inventory, playbook, targets, every)
+    from gpuops.cli.job_flow import run_job
+    from gpuops.client.nodes import is_job
 
     if not (yes or as_json) and sys.stdin.isatty() and sys.stderr.isatty():
         import click
 
-        job = jobs[0]
-        gpus = ", ".join(map(str, job.run_gpus)) or "none"
-        where = ", ".join(j.target.name for j in jobs)
-        if not click.confirm(f"Launch '{job.playbook.name}' on {where} (GPUs {gpus}, session '{job.session}')?",
+        play = plays[0]
+        gpus = ", ".join(map(str, play.run_gpus)) or "none"
+        where = ", ".join(j.target.name for j in plays)
+        if not click.confirm(f"Launch '{play.playbook.name}' on {where} (GPUs {gpus}, session '{play.session}')?",
                              default=True, err=True):
             return ExitCode.OK
-    if is_job(jobs):
-        return run_job(jobs, detach=detach, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
+    if is_job(plays):
+        return run_job(plays, detach=detach, timeout=timeout, as_json=as_json, verbose=verbose, report=report)
     work = functools.partial(_launch_one, detach=detach, timeout=timeout, inventory=inventory, playbook=playbook,
                              stop_on_exit=stop_on_exit)
-    return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), report, as_json=as_json,
+    return each_target(plays, work, renderer(as_json, verbose, multi=len(plays) > 1), report, as_json=as_json,
                        verbose=verbose)
 
 
-def _launch_one(job: Any, render: Any, *, detach: bool, timeout: float | None, inventory: str | None,
+def _launch_one(play: Play, render: Render, *, detach: bool, timeout: float | None, inventory: str | None,
                 playbook: str | None, stop_on_exit: bool = False) -> int:
     """One target's launch, rendered by `render` (the terminal, or the relay of a several-target launch)."""
     from gpuops.client.launch import launch
 
     state: dict[str, Any] = {}
     try:
-        return drive(launch(job, detach=detach, timeout=timeout), render, job.target.name, state)
+        return drive(launch(play, detach=detach, timeout=timeout), render, play.target.name, state)
     except KeyboardInterrupt as exc:
-        return _interrupted(job, state, render, inventory, playbook, exc, stop_on_exit)
+        return _interrupted(play, state, render, inventory, playbook, exc, stop_on_exit)
     except GpuopsError as exc:
         if stop_on_exit and state.get("started") and exc.exit_code == ExitCode.CONNECT:
-            _stop_given_up(job, state, render, exc)
+            _stop_given_up(play, state, render, exc)
         raise
     except BrokenPipeError:  # nobody reads the output any more: stop the run, say nothing
         if stop_on_exit and state.get("started"):
             with signals_deferred():
-                _stop(job, _Silent())
+                _stop(play, _Silent())
         raise
     finally:
-        job.transport.close()
+        play.transport.close()
 
 
 class _Silent:
     """A renderer that shows nothing (stdout's reader is gone)."""
 
-    def event(self, ev: Any) -> None:
+    def event(self, ev: Event) -> None:
+        pass
+
+    def outcome(self, out: Outcome, target: str | None = None) -> None:
         pass
 
 
-def _stop(job: Any, render: Any) -> Outcome:
+def _stop(play: Play, render: Render) -> Outcome:
     """`gpuops stop`'s stop of the target's run, its events rendered; its outcome returned, not shown."""
     from gpuops.client.launch import stop
 
-    for item in stop(job):
+    for item in stop(play):
         if isinstance(item, Outcome):
             return item
         render.event(item)
     return Outcome("stopped", ExitCode.OK, "stopped", {})
 
 
-def _stop_given_up(job: Any, state: dict[str, Any], render: Any, exc: GpuopsError) -> None:
+def _stop_given_up(play: Play, state: dict[str, Any], render: Render, exc: GpuopsError) -> None:
     """The connection was given up on while following: --stop-on-exit tries the stop through a new one."""
     with signals_deferred():
         try:
-            said = _stop(job, render).message
+            said = _stop(play, render).message
             exc.hint = f"--stop-on-exit: {said}" + (f"; {exc.hint}" if exc.hint else "")
         except GpuopsError as again:
             exc.hint = (f"--stop-on-exit could not stop run {state.get('run')} ({again}); it may still be alive: "
                         "run `gpuops stop` once the target can be reached" + (f"; {exc.hint}" if exc.hint else ""))
 
 
-def _interrupted(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+def _interrupted(play: Play, state: dict[str, Any], render: Render, inventory: str | None, playbook: str | None,
                  exc: BaseException, stop_on_exit: bool = False) -> int:
     code, name, cause = code_of(exc), outcome_of(exc), cause_of(exc)
     if stop_on_exit and (state.get("started") or state.get("aborting")):
-        outcome = _stopped_on_exit(job, state, render, inventory, playbook, exc)
+        outcome = _stopped_on_exit(play, state, render, inventory, playbook, exc)
     elif state.get("aborting"):
-        outcome = interrupted_abort(job, state, inventory, playbook, exc)
+        outcome = interrupted_abort(play, state, inventory, playbook, exc)
     elif state.get("started"):
-        how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
-        msg = (f"{cause}: stopped following; run {state.get('run')} is still alive in tmux session '{job.session}' "
+        how = shlex.join(["gpuops", "logs", "-f", "-i", str(inventory), "-p", str(playbook), "-t", play.target.name])
+        msg = (f"{cause}: stopped following; run {state.get('run')} is still alive in tmux session '{play.session}' "
                f"(its watchdog guards it). Reattach with: {how}")
         outcome = Outcome(name, code, msg, {"run": state.get("run"), "run_alive": True})
     else:
         msg = f"{cause} before the run started: the warmup was stopped, training was not started, the lock released"
         outcome = Outcome(name, code, msg, {"run": state.get("run"), "run_alive": False})
-    render.outcome(outcome, job.target.name)
+    render.outcome(outcome, play.target.name)
     return code
 
 
-def _stopped_on_exit(job: Any, state: dict[str, Any], render: Any, inventory: str | None, playbook: str | None,
+def _stopped_on_exit(play: Play, state: dict[str, Any], render: Render, inventory: str | None, playbook: str | None,
                      exc: BaseException) -> Outcome:
     """--stop-on-exit: launch is ending before its run, so the run is stopped first (as `gpuops stop` does);
     a further signal meanwhile waits for the stop, which is what it asks for."""
@@ -122,9 +130,9 @@ def _stopped_on_exit(job: Any, state: dict[str, Any], render: Any, inventory: st
     run = state.get("run")
     with signals_deferred():
         try:
-            stopped = _stop(job, render)
+            stopped = _stop(play, render)
         except GpuopsError as err:
-            how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+            how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", play.target.name])
             return Outcome(name, code, f"{cause}: --stop-on-exit could not stop run {run} ({err}); it may still be "
                            f"alive: run {how}", {"run": run, "run_alive": None})
     return Outcome(name, code, f"{cause}: --stop-on-exit: {stopped.message}", {"run": run, "run_alive": False})

@@ -103,15 +103,15 @@ def _one(targets: tuple[str, ...]) -> str | None:
 @main.command()
 @common_options()
 @all_option
-@click.option("--watch", "watch_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
+@click.option("--watch", "refresh_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
               help="Refresh in place every N seconds (default 2).")
 @boundary
-def status(inventory, playbook, targets, every, watch_every, as_json, verbose) -> int:
+def status(inventory, playbook, targets, every, refresh_every, as_json, verbose) -> int:
     """Reachability, container state, GPUs (memory over the last minutes), tmux session, current run and its
     watchdog of each target."""
     from gpuops.cli.status_cmd import run_status
 
-    return run_status(inventory, playbook, targets, watch_every=watch_every, as_json=as_json, verbose=verbose,
+    return run_status(inventory, playbook, targets, refresh_every=refresh_every, as_json=as_json, verbose=verbose,
                       every=every)
 
 

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError, worst_exit
 
+if TYPE_CHECKING:
+    from gpuops.config.model import Target
+    from gpuops.transport import Pool
 
-def snapshots(pool: Any, target: Any, playbook: str | None) -> tuple[list[dict[str, Any]], GpuopsError | None]:
+
+def snapshots(pool: Pool, target: Target, playbook: str | None) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs as its agent reads them now, or why it could not (one dead host never hides the others)."""
-    from gpuops.client.agent import Agent
+    from gpuops.client.door import Door
 
     try:
-        return Agent(pool.target(target), label=target.name).metrics(playbook), None
+        return Door(pool.target(target), label=target.name).metrics(playbook), None
     except GpuopsError as exc:
         return [], exc
 
@@ -31,7 +35,7 @@ def run_metrics(inventory: str | None, playbook: str | None, names: tuple[str, .
     from concurrent.futures import ThreadPoolExecutor
 
     from gpuops.agent.wire.metric_table import RunSnapshot, render
-    from gpuops.cli.targets import select_targets
+    from gpuops.client.selection import select_targets
     from gpuops.transport import Pool
 
     sel = select_targets(inventory, playbook, names, every)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
 from gpuops.cli import complete
 from gpuops.errors import ExitCode
+
+if TYPE_CHECKING:
+    from gpuops.client.events import Outcome
+    from gpuops.transport.base import Transport
 
 inventory_option = click.option("-i", "--inventory", envvar="GPUOPS_INVENTORY", type=str, metavar="PATH",
                                 shell_complete=complete.files, help="Inventory file (env GPUOPS_INVENTORY).")
@@ -59,7 +63,7 @@ def common_options(*, several: bool = True, verbose: bool = True) -> Callable[[A
     return apply
 
 
-def report_cost(verbose: bool, transports: Any) -> None:
+def report_cost(verbose: bool, transports: Iterable[Transport]) -> None:
     """With -v: how many SSH connections and remote commands (round trips) this invocation made."""
     if not verbose:
         return
@@ -68,7 +72,7 @@ def report_cost(verbose: bool, transports: Any) -> None:
     sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
     for client in sorted(getattr(sys.modules.get("gpuops.transport"), "clients_used", ())):
         sys.stderr.write(f"gpuops: SSH connections through {client}\n")
-    resolver = sys.modules.get("gpuops.transport.sshresolve")
+    resolver = sys.modules.get("gpuops.transport.ssh.resolve")
     for reader in sorted(getattr(resolver, "readers_used", ())):
         sys.stderr.write(f"gpuops: ssh configuration resolved by {reader}\n")
 
@@ -170,7 +174,7 @@ def internal_error(exc: BaseException) -> tuple[str, str]:
     return message, f"the traceback is in {path}; please report it"
 
 
-def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: Any) -> Any:
+def error_outcome(code: int, outcome: str, message: str, hint: str | None, exc: Any) -> Outcome:
     """An error as the Outcome its JSON summary shows: the message, the hint, and what was measured."""
     from gpuops.client.events import Outcome
 

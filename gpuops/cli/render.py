@@ -374,7 +374,7 @@ class TextRenderer:
             prefix = "gpuops: " if out.exit_code == 0 else f"gpuops: {out.outcome.upper()} (exit {out.exit_code}): "
             self.say(prefix + out.message)
 
-    def error(self, target: str, code: int, message: str, hint: str | None, exc: Any) -> None:
+    def error(self, target: str, code: int, message: str, hint: str | None, exc: BaseException | None) -> None:
         """multi: a target's error, every line tagged with the target (the others go on)."""
         from gpuops.cli.errors_view import error_text
 

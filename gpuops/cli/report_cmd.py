@@ -14,7 +14,7 @@ def run_report(inventory: str | None, playbook: str | None, target: str | None, 
     from gpuops.cli.options import report_cost
     from gpuops.cli.report.page import write
     from gpuops.cli.report.writer import build, check_writable, fetch
-    from gpuops.cli.targets import load_jobs
+    from gpuops.client.selection import load_plays
     from gpuops.cli.which_run import check_run_id
 
     if run_id is not None:
@@ -22,31 +22,31 @@ def run_report(inventory: str | None, playbook: str | None, target: str | None, 
     if output:
         check_writable(output, "-o")
     # One target, or every node of a torchrun job (the playbook's launch.nodes): one lane each, one page.
-    jobs = load_jobs(inventory, playbook, (target,) if target else (), need_env=False)
+    plays = load_plays(inventory, playbook, (target,) if target else (), need_env=False)
     records = []
     try:
-        for job in jobs:
-            records.append(fetch(job, run_id))
+        for play in plays:
+            records.append(fetch(play, run_id))
     finally:
-        report_cost(verbose, [job.transport for job in jobs])
-        for job in jobs:
-            job.transport.close()
+        report_cost(verbose, [play.transport for play in plays])
+        for play in plays:
+            play.transport.close()
     run = str(records[0].get("run"))
     path = output or f"gpuops-report-{run}.html"
     if not output:
         check_writable(path, "-o")
-    text = build([(job.target.name, record, {}, "", "", job.mask) for job, record in zip(jobs, records)], "gpuops report")
+    text = build([(play.target.name, record, {}, "", "", play.mask) for play, record in zip(plays, records)], "gpuops report")
     write(path, text)
     profiles = [record.get("profile") or {} for record in records]
     if as_json:
         from gpuops.cli.render import iso, json_line
 
-        for job, record, profile in zip(jobs, records, profiles):
-            sys.stdout.write(json_line({"ts": iso(time.time()), "event": "report", "target": job.target.name,
+        for play, record, profile in zip(plays, records, profiles):
+            sys.stdout.write(json_line({"ts": iso(time.time()), "event": "report", "target": play.target.name,
                                         "run": str(record.get("run")), "path": path, "outcome": profile.get("outcome"),
                                         "exit_code": profile.get("exit_code"), "plots": text.count("<svg")}) + "\n")
     else:
-        outcomes = ", ".join(f"{job.target.name} {p.get('outcome') or 'running'}" for job, p in zip(jobs, profiles))
-        sys.stderr.write(f"gpuops: the report of run {run} ({outcomes if len(jobs) > 1 else profiles[0].get('outcome') or 'running'}) "
+        outcomes = ", ".join(f"{play.target.name} {p.get('outcome') or 'running'}" for play, p in zip(plays, profiles))
+        sys.stderr.write(f"gpuops: the report of run {run} ({outcomes if len(plays) > 1 else profiles[0].get('outcome') or 'running'}) "
                          f"is in {path}\n")
     return ExitCode.OK

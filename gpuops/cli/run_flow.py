@@ -4,33 +4,37 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
 
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report, Terminal
+    from gpuops.client.play import Play
 
-def renderer(as_json: bool, verbose: bool = False, *, multi: bool = False) -> Any:
+
+def renderer(as_json: bool, verbose: bool = False, *, multi: bool = False) -> Terminal:
     """The terminal's renderer; multi: several targets (JSON summaries last, text lines prefixed)."""
     from gpuops.cli.render import JsonRenderer, TextRenderer
 
     return JsonRenderer(hold_summaries=multi) if as_json else TextRenderer(verbose=verbose, multi=multi)
 
 
-def each_target(jobs: list[Any], work: Callable[[Any, Any], int], render: Any, report: Any, *, as_json: bool,
+def each_target(plays: list[Play], work: Callable[[Play, Render], int], render: Terminal, report: Report, *, as_json: bool,
                 verbose: bool, ordered: bool = False) -> int:
-    """Run `work(job, renderer)` for every job: one here, as it always ran; several at once (cli/fanout.py),
+    """Run `work(play, renderer)` for every play: one here, as it always ran; several at once (cli/fanout.py),
     the exit code the worst of theirs. `ordered`: each target's output whole, one after another."""
     from gpuops.cli.options import report_cost
 
-    if len(jobs) == 1:
+    if len(plays) == 1:
         try:
-            return work(jobs[0], report.wrap(render, jobs[0]))  # --junit records what is rendered
+            return work(plays[0], report.wrap(render, plays[0]))  # --junit records what is rendered
         finally:
-            report_cost(verbose, [jobs[0].transport])
+            report_cost(verbose, [plays[0].transport])
     from gpuops.cli.fanout import Fanout
 
-    fan = Fanout(jobs, lambda job: report.wrap(render, job), render, report, as_json=as_json, ordered=ordered)
+    fan = Fanout(plays, lambda play: report.wrap(render, play), render, report, as_json=as_json, ordered=ordered)
     try:
         return fan.run(work)
     finally:
@@ -39,7 +43,7 @@ def each_target(jobs: list[Any], work: Callable[[Any, Any], int], render: Any, r
             sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
 
 
-def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: dict[str, Any]) -> int:
+def drive(events: Iterator[Event | Outcome], render: Render, target: str, state: dict[str, Any]) -> int:
     """Render events until the Outcome; `state` records the run id and whether it started."""
     try:
         for item in events:
@@ -67,13 +71,13 @@ def drive(events: Iterator[Event | Outcome], render: Any, target: str, state: di
     return 1
 
 
-def interrupted_abort(job: Any, state: dict[str, Any], inventory: str | None, playbook: str | None,
+def interrupted_abort(play: Play, state: dict[str, Any], inventory: str | None, playbook: str | None,
                       exc: BaseException | None = None) -> Outcome:
     """Ctrl-C (or SIGTERM) while a run was being stopped: the target may still be at it; `gpuops stop` makes sure."""
     from gpuops.cli.signals import cause_of, code_of, outcome_of
 
     exc = exc or KeyboardInterrupt()
-    how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", job.target.name])
+    how = shlex.join(["gpuops", "stop", "-i", str(inventory), "-p", str(playbook), "-t", play.target.name])
     return Outcome(outcome_of(exc), code_of(exc),
                    f"{cause_of(exc)} while stopping run {state.get('run')}; to make sure it is stopped, run: {how}",
                    {"run": state.get("run"), "run_alive": None})

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError, worst_exit
 
+if TYPE_CHECKING:
+    from gpuops.config.model import Inventory, Target
+    from gpuops.transport import Pool
 
-def history(pool: Any, inventory: Any, target: Any, limit: int, playbook: str | None = None
+
+def history(pool: Pool, inventory: Inventory, target: Target, limit: int, playbook: str | None = None
             ) -> tuple[list[dict[str, Any]], GpuopsError | None]:
     """One target's runs (of `playbook`: the target filters, then limits), or why they could not be read
     (one dead host never hides the others)."""
-    from gpuops.client.agent import Agent
+    from gpuops.client.door import Door
 
     try:
-        return Agent(pool.target(target), label=target.name).runs(limit, playbook), None
+        return Door(pool.target(target), label=target.name).runs(limit, playbook), None
     except GpuopsError as exc:
         return [], exc
 
@@ -31,7 +35,7 @@ def run_runs(inventory: str | None, playbook: str | None, names: tuple[str, ...]
              as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuops.cli.targets import select_targets
+    from gpuops.client.selection import select_targets
     from gpuops.transport import Pool
 
     sel = select_targets(inventory, playbook, names, every)

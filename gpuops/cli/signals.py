@@ -15,9 +15,12 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from gpuops.errors import ExitCode
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 class Terminated(KeyboardInterrupt):
@@ -51,7 +54,7 @@ def cause_of(exc: BaseException) -> str:
     return exc.cause if isinstance(exc, Terminated) else "interrupted"
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise HungUp() if signum == signal.SIGHUP else Terminated()
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuops.agent.detect.telemetry import Sample
+    from gpuops.agent.wire.samples import Sample
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 FLAT = "flat"

@@ -4,45 +4,53 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from gpuops.cli.run_flow import drive, each_target, renderer
 from gpuops.cli.junit import NO_REPORT
-from gpuops.cli.targets import load_jobs
+from gpuops.client.selection import load_plays
 from gpuops.cli.which_run import check_run_id, pick
 from gpuops.client.events import Event, Outcome
 from gpuops.errors import ExitCode, NoRun, UsageError
+
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 
 def run_stacks(inventory: str | None, playbook: str | None, targets: tuple[str, ...], *, every: bool,
                run_id: str | None, recorded: bool, as_json: bool, verbose: bool) -> int:
     if run_id is not None:
         check_run_id(run_id)
-    jobs = load_jobs(inventory, playbook, targets, every, need_env=False)
-    if run_id is not None and len(jobs) > 1:
-        raise UsageError(f"run {run_id} is a run of one target: pass one -t (not {', '.join(j.target.name for j in jobs)})")
+    plays = load_plays(inventory, playbook, targets, every, need_env=False)
+    if run_id is not None and len(plays) > 1:
+        raise UsageError(f"run {run_id} is a run of one target: pass one -t (not {', '.join(j.target.name for j in plays)})")
     work = functools.partial(_one, run_id=run_id, recorded=recorded)
-    return each_target(jobs, work, renderer(as_json, verbose, multi=len(jobs) > 1), NO_REPORT, as_json=as_json,
+    return each_target(plays, work, renderer(as_json, verbose, multi=len(plays) > 1), NO_REPORT, as_json=as_json,
                        verbose=verbose, ordered=True)
 
 
-def _one(job: Any, render: Any, *, run_id: str | None, recorded: bool) -> int:
+def _one(play: Play, render: Render, *, run_id: str | None, recorded: bool) -> int:
     try:
-        return drive(_events(job, run_id, recorded), render, job.target.name, {})
+        return drive(_events(play, run_id, recorded), render, play.target.name, {})
     finally:
-        job.transport.close()
+        play.transport.close()
 
 
-def _events(job: Any, run_id: str | None, recorded: bool) -> Iterator[Event | Outcome]:
-    picked = pick(job, run_id)
-    run = picked.row["run"] if picked.row is not None else picked.info.run_id
-    if not recorded and (picked.row is not None or picked.info.state != "running"):
-        state = picked.row.get("outcome") if picked.row is not None else picked.info.state
-        raise NoRun(f"{job.target.name}: run {run} is not running ({state}): it has no live stacks",
+def _events(play: Play, run_id: str | None, recorded: bool) -> Iterator[Event | Outcome]:
+    picked = pick(play, run_id)
+    if picked.row is not None:  # an earlier run: never live
+        run, state, live = picked.row["run"], picked.row.get("outcome"), False
+    else:
+        assert picked.info is not None  # pick gives an earlier run's row, or the current run
+        run, state = picked.info.run_id, picked.info.state
+        live = state == "running"
+    if not recorded and not live:
+        raise NoRun(f"{play.target.name}: run {run} is not running ({state}): it has no live stacks",
                     hint="`gpuops logs --stacks` shows the stacks recorded before its abort")
-    rows = job.agent.stacks(run, recorded=recorded)
+    rows = play.door.stacks(run, recorded=recorded)
     for row in rows:
-        yield Event("stacks", job.target.name, run, row)
+        yield Event("stacks", play.target.name, run, row)
     threads = sum(int(r.get("threads") or 0) for r in rows)
     silent = [str(r["pid"]) for r in rows if not r.get("file")]
     if not rows:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.cli.status_view import plain_lines, rich_view
 from gpuops.errors import status_exit
 
+if TYPE_CHECKING:
+    from gpuops.client.status import TargetStatus
+    from gpuops.config.model import Inventory, Target
+    from gpuops.transport import Pool
 
-def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, watch_every: float | None,
+
+def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, refresh_every: float | None,
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
     from gpuops.transport import Pool
 
-    from gpuops.cli.targets import select_targets
+    from gpuops.client.selection import select_targets
 
     sel = select_targets(inventory, playbook, names, every)
     inv, pb, targets = sel.inventory, sel.playbook, sel.targets
@@ -27,16 +32,16 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
     try:
         pool.connect_soon(targets)  # the handshakes overlap the rest of this command's start-up
         from gpuops.client.status import each_status
-        if watch_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
-            return _watch(pool, inv, targets, sessions, watch_every)
+        if refresh_every and not as_json and sys.stdout.isatty():  # piped: plain lines on every refresh
+            return _refresh(pool, inv, targets, sessions, refresh_every)
         while True:
             results = []
             for result in each_status(pool, inv, targets, sessions):  # each as soon as it is read
                 _print([result], as_json)
                 results.append(result)
-            if not watch_every:
+            if not refresh_every:
                 return _code(results)
-            time.sleep(watch_every)
+            time.sleep(refresh_every)
     finally:
         from gpuops.cli.options import report_cost
 
@@ -45,12 +50,12 @@ def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ..
         sys.setswitchinterval(switch)
 
 
-def _code(results: list[Any]) -> int:
+def _code(results: list[TargetStatus]) -> int:
     """The contract's status rule (errors.status_exit): 3 if any target could not be read."""
     return status_exit(r.error_code for r in results if r.error_code is not None)
 
 
-def _print(results: list[Any], as_json: bool) -> None:
+def _print(results: list[TargetStatus], as_json: bool) -> None:
     if as_json:
         from gpuops.cli.render import iso, json_line
 
@@ -67,7 +72,7 @@ def _print(results: list[Any], as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _watch(pool: Any, inv: Any, targets: list[Any], sessions: Any, every: float) -> int:
+def _refresh(pool: Pool, inv: Inventory, targets: list[Target], sessions: tuple[str, ...] | None, every: float) -> int:
     from rich.live import Live
 
     from gpuops.client.status import gather

@@ -3,9 +3,15 @@ plain lines when piped, rich renderables on a terminal. Each view reads the data
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.agent.wire.jobwire import STORE_GONE
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from gpuops.agent.wire.protocol import ProbeReply, ProbeSession
+    from gpuops.agent.wire.runinfo import RunInfo
+    from gpuops.client.status import TargetStatus
 
 _STOPPED_BY = {"watchdog": "the watchdog", "client": "a following client", "stop": "gpuops stop", "timeout": "--timeout"}
 
@@ -29,7 +35,7 @@ def job_stop_words(abort: Any) -> str:
     return f"the job: node {abort.get('first_node')} (rank {abort.get('first_rank')}) {what} first"
 
 
-def throughput_words(run: Any) -> str:
+def throughput_words(run: RunInfo) -> str:
     """The run's latest throughput figure against its baseline (from the watchdog's heartbeat)."""
     tele = (run.watchdog or {}).get("telemetry") or {}
     figure, base = tele.get("throughput"), (tele.get("baseline") or {}).get("throughput")
@@ -41,7 +47,7 @@ def throughput_words(run: Any) -> str:
     return f"; throughput {figure:,.0f} = {figure / base:.2f}x the baseline {base:,.0f}{where}"
 
 
-def watchdog_words(run: Any) -> str:
+def watchdog_words(run: RunInfo) -> str:
     """The run's watchdog in a few words: alive and how fresh, done, or gone while the run goes on."""
     live = run.state in ("running", "aborting", "restarting")
     age = run.watchdog_age
@@ -61,7 +67,7 @@ def watchdog_words(run: Any) -> str:
     return ""
 
 
-def session_words(s: Any) -> str:
+def session_words(s: ProbeSession) -> str:
     """One tmux session: alive or not, a launch in progress, its run, how it ended, its watchdog."""
     text = f"session {s.session} {'alive' if s.alive else 'not running'}"
     if s.locked_by:
@@ -95,7 +101,7 @@ def session_words(s: Any) -> str:
     return text + guard_words(s.run) + watchdog_words(s.run)
 
 
-def guard_words(run: Any) -> str:
+def guard_words(run: RunInfo) -> str:
     """The compile guard's counts: first calls it serialized, seconds they took and others waited."""
     g = run.compile_guard
     if g is None:
@@ -107,14 +113,14 @@ def guard_words(run: Any) -> str:
             f"{g['waited_s']:.1f}s waited{procs}")
 
 
-def head_words(r: Any) -> str:
+def head_words(r: TargetStatus) -> str:
     """The target's first line: unreachable and why, or how it was reached."""
     if r.error:
         return f"unreachable: {r.error}"
     return f"reachable via {r.host}" + (f", container {r.ctid} {r.container}" if r.ctid is not None else "")
 
 
-def notes(r: Any) -> tuple[list[str], list[str]]:
+def notes(r: TargetStatus) -> tuple[list[str], list[str]]:
     """The target's other lines, those before its GPUs (a hint, nvidia-smi's state) and those after (tmux, runs)."""
     if r.error:
         return ([f"hint: {r.hint}"] if r.hint else []), []
@@ -133,7 +139,7 @@ def notes(r: Any) -> tuple[list[str], list[str]]:
     return before, after
 
 
-def _memory(history: dict[int, Any], index: int) -> str:
+def _memory(history: dict[int, tuple[list[int | None], float]], index: int) -> str:
     """A GPU's memory over the last minutes as a sparkline and its shape; '' without samples."""
     from gpuops.cli.spark import shape, sparkline
 
@@ -141,13 +147,13 @@ def _memory(history: dict[int, Any], index: int) -> str:
     return f"{sparkline(series, 30, min_span=256)} {shape(series, swing)}" if series else ""
 
 
-def _history(probe: Any) -> dict[int, Any]:
+def _history(probe: ProbeReply) -> dict[int, tuple[list[int | None], float]]:
     from gpuops.client.status import memory_history
 
     return memory_history(probe)
 
 
-def plain_lines(r: Any) -> list[str]:
+def plain_lines(r: TargetStatus) -> list[str]:
     """Every line prefixed by its target, so output from many targets stays greppable."""
     p = f"{r.target}:"
     before, after = notes(r)
@@ -164,7 +170,7 @@ def plain_lines(r: Any) -> list[str]:
     return lines + [f"{p} {n}" for n in after]
 
 
-def rich_view(results: list[Any]) -> Any:
+def rich_view(results: list[TargetStatus]) -> Group:
     """The status as rich renderables; every text is a rich Text, so `[host]:port` or `:name:` is never markup."""
     from rich.console import Group
     from rich.table import Table

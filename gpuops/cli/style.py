@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: -q/--quiet: gpuops' notes, progress and events are not shown; errors and the final outcome are.
 #: The command's own output on stdout (a log, a table, --json lines) is the same either way.
@@ -15,7 +18,7 @@ def plain() -> bool:
     return os.environ.get("NO_COLOR", "") != ""
 
 
-def console(**options: Any) -> Any:
+def console(**options: Any) -> Console:
     """A rich Console that honours NO_COLOR fully (rich's own no_color drops colours but keeps bold)."""
     from rich.console import Console
 

@@ -24,7 +24,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     if inventory:
         from gpuops.transport.describe import connection
 
-        from gpuops.transport.sshresolve import resolve_hosts_soon
+        from gpuops.transport.ssh.resolve import resolve_hosts_soon
 
         inv = load_inventory(inventory)
         checked.append(f"{inventory}: {len(inv.hosts)} host(s), {len(inv.targets)} target(s)")
@@ -42,7 +42,7 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         views = [connection(inv, t) for t in inv.targets.values()]  # as ssh resolves it: nothing connects
         views += [{"name": name, "error": str(exc)} for name, exc in inv.broken.items()]
     if inv is not None and pb is not None and pb.launch.nodes and not target:
-        from gpuops.cli.targets import node_targets
+        from gpuops.client.selection import node_targets
 
         # As launch checks them: each node a target of the inventory (at its line), its GPUs the playbook's.
         nodes = [resolve_target(inv, pb, t.name) for t in node_targets(inv, pb)]

@@ -7,10 +7,14 @@ there: one the session never had is exit 2, naming the runs it has.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import ExitCode, NoRun, UsageError
 from gpuops.client.events import Outcome
+
+if TYPE_CHECKING:
+    from gpuops.client.play import Play
+    from gpuops.agent.wire.runinfo import RunInfo
 
 HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
 NAMED = 10  # runs named when an id is unknown
@@ -20,7 +24,7 @@ NAMED = 10  # runs named when an id is unknown
 class Picked:
     """The current run (`info`, as the probe read it), or an earlier one (`row`, its history record)."""
 
-    info: Any = None
+    info: RunInfo | None = None
     row: dict[str, Any] | None = None
 
 
@@ -35,25 +39,25 @@ def check_run_id(run_id: str) -> str:
                          "`gpuops runs` lists them)") from None
 
 
-def pick(job: Any, run_id: str | None) -> Picked:
+def pick(play: Play, run_id: str | None) -> Picked:
     """The run to show: the current one, or run_id (its own session's); NoRun (exit 2) when there is none."""
     from gpuops.client.outcome import session_state
 
-    state = session_state(job)
+    state = session_state(play)
     current = state.run if state is not None else None
     if run_id is None or (current is not None and current.run_id == run_id):
         if current is None:
-            raise NoRun(f"{job.target.name}: no run of '{job.session}' found in ~/.gpuops",
+            raise NoRun(f"{play.target.name}: no run of '{play.session}' found in ~/.gpuops",
                         hint="start one with `gpuops launch`")
         return Picked(info=current)
-    rows = [r for r in job.agent.runs(HISTORY_LIMIT) if r.get("session") == job.session]
+    rows = [r for r in play.door.runs(HISTORY_LIMIT) if r.get("session") == play.session]
     for row in rows:
         if row["run"] == run_id:
             return Picked(row=row)
     known = ", ".join(r["run"] for r in rows[:NAMED]) + (f" and {len(rows) - NAMED} more" if len(rows) > NAMED else "")
     said = f"its runs, newest first: {known}" if rows else "it has no runs there"
-    raise NoRun(f"{job.target.name}: session '{job.session}' has no run {run_id}; {said}",
-                hint=f"`gpuops runs -t {job.target.name}` lists every run of the target")
+    raise NoRun(f"{play.target.name}: session '{play.session}' has no run {run_id}; {said}",
+                hint=f"`gpuops runs -t {play.target.name}` lists every run of the target")
 
 
 def recorded_outcome(row: dict[str, Any]) -> Outcome:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Sequence
 
-from gpuops.agent.signatures.matcher import Finder, Matcher, Rule
+from gpuops.agent.wire.signatures.matcher import Finder, Matcher, Rule
 
 __all__ = ["available", "hyperscan_prefilter", "matcher"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from gpuops.command import Cmd
 from gpuops.agent.wire.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
 
-__all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "Finding", "Gpu", "Process", "SmiError",
+__all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "GpuCheck", "Gpu", "Process", "SmiError",
            "check_idle", "parse_gpus"]
 
 QUERY_GPUS = Cmd("nvidia-smi", f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits")
@@ -15,7 +15,7 @@ QUERY_APPS = Cmd("nvidia-smi", f"--query-compute-apps={APP_FIELDS}", "--format=c
 
 
 @dataclass(frozen=True)
-class Finding:
+class GpuCheck:
     """One GPU measured against the preflight thresholds."""
 
     index: int
@@ -31,14 +31,14 @@ class Finding:
 
 def check_idle(
     gpus: list[Gpu], wanted: tuple[int, ...], *, max_memory_mib: int, max_util_pct: int, allow_processes: bool
-) -> list[Finding]:
+) -> list[GpuCheck]:
     """Each wanted GPU against the thresholds; a GPU nvidia-smi does not list is a problem."""
     by_index = {g.index: g for g in gpus}
-    findings: list[Finding] = []
+    findings: list[GpuCheck] = []
     for index in wanted:
         gpu = by_index.get(index)
         if gpu is None:
-            findings.append(Finding(index, None, None, 0, (f"GPU {index} not found (nvidia-smi lists {sorted(by_index)})",)))
+            findings.append(GpuCheck(index, None, None, 0, (f"GPU {index} not found (nvidia-smi lists {sorted(by_index)})",)))
             continue
         problems: list[str] = []
         if gpu.memory_used_mib > max_memory_mib:
@@ -47,5 +47,5 @@ def check_idle(
             problems.append(f"utilisation {gpu.utilization_pct}% > {max_util_pct}%")
         if gpu.processes and not allow_processes:
             problems.append(f"{len(gpu.processes)} compute process(es) running")
-        findings.append(Finding(index, gpu.memory_used_mib, gpu.utilization_pct, len(gpu.processes), tuple(problems)))
+        findings.append(GpuCheck(index, gpu.memory_used_mib, gpu.utilization_pct, len(gpu.processes), tuple(problems)))
     return findings

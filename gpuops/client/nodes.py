@@ -21,7 +21,7 @@ from gpuops.command import Cmd, Raw
 from gpuops.config.playbook_model import EnvVar, Playbook
 from gpuops.errors import ConfigError, ExitCode, GpuopsError, RemoteError
 from gpuops.client.events import Event, Outcome
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 
 #: What a node's command reads for its rendezvous id: the run id on attempt 1, <run>-a<N> on attempt N.
 RDZV_ID_VAR = "GPUOPS_RDZV_ID"
@@ -46,11 +46,17 @@ class Node:
         return {**self.meta(), "node_name": self.nodes[self.rank], "key": self.key}
 
 
-def check_nodes(jobs: list[Job]) -> None:
+def is_job(plays: list[Play]) -> bool:
+    """These plays are the nodes of one torchrun job (the playbook's launch.nodes, no -t)."""
+    return bool(plays) and bool(plays[0].playbook.launch.nodes) and \
+        [j.target.name for j in plays] == list(plays[0].playbook.launch.nodes)
+
+
+def check_nodes(plays: list[Play]) -> None:
     """Every node is a target of the inventory (a ConfigError at the playbook's line, exit 2)."""
-    if not jobs:
+    if not plays:
         return
-    pb, inv = jobs[0].playbook, jobs[0].inventory
+    pb, inv = plays[0].playbook, plays[0].inventory
     for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes)):
         if name not in inv.targets:
             from gpuops.config.schema import suggest
@@ -59,12 +65,12 @@ def check_nodes(jobs: list[Job]) -> None:
                               f"(targets: {', '.join(inv.targets) or 'none'}){suggest(name, inv.targets)}", file=pb.path)
 
 
-def known_address(job: Job) -> str | None:
+def known_address(play: Play) -> str | None:
     """Node 0's address as the other nodes reach it, when the inventory says it; None: ask the target."""
-    if job.target.rdzv_address:
-        return job.target.rdzv_address
-    host = job.inventory.hosts[job.target.host]
-    if job.target.ctid is not None:
+    if play.target.rdzv_address:
+        return play.target.rdzv_address
+    host = play.inventory.hosts[play.target.host]
+    if play.target.ctid is not None:
         return None  # a container's own address is not the Proxmox host's: discovered at launch
     if host.transport == "local":
         return "127.0.0.1"
@@ -75,13 +81,13 @@ def known_address(job: Job) -> str | None:
 ADDRESS_PROBE = Cmd("hostname", "-I")
 
 
-def discover_address(job: Job) -> str:
-    result = job.transport.run(ADDRESS_PROBE, timeout=job.timeout)
+def discover_address(play: Play) -> str:
+    result = play.transport.run(ADDRESS_PROBE, timeout=play.timeout)
     words = result.out.split()
     if result.exit_code != 0 or not words:
-        raise RemoteError(f"{job.target.name}: cannot find node 0's address (`hostname -I` exit {result.exit_code}: "
+        raise RemoteError(f"{play.target.name}: cannot find node 0's address (`hostname -I` exit {result.exit_code}: "
                           f"{(result.err or result.out).strip()[-200:] or 'no address'})",
-                          hint=f"set rdzv_address for target '{job.target.name}' in the inventory")
+                          hint=f"set rdzv_address for target '{play.target.name}' in the inventory")
     return words[0]
 
 
@@ -89,15 +95,15 @@ def discover_address(job: Job) -> str:
 DRY_ADDRESS = "NODE0_ADDRESS"
 
 
-def endpoint(jobs: list[Job], *, dry: bool = False) -> tuple[str, str]:
+def endpoint(plays: list[Play], *, dry: bool = False) -> tuple[str, str]:
     """(node 0's address:port, how it was found)."""
-    spec = jobs[0].playbook.launch.torchrun
+    spec = plays[0].playbook.launch.torchrun
     assert spec is not None
-    address = known_address(jobs[0])
-    how = "rdzv_address" if jobs[0].target.rdzv_address else "the inventory"
+    address = known_address(plays[0])
+    how = "rdzv_address" if plays[0].target.rdzv_address else "the inventory"
     if address is None:
-        address = DRY_ADDRESS if dry else discover_address(jobs[0])
-        how = f"`hostname -I` on {jobs[0].target.name}"
+        address = DRY_ADDRESS if dry else discover_address(plays[0])
+        how = f"`hostname -I` on {plays[0].target.name}"
     shown = f"[{address}]" if ":" in address and not address.startswith("[") else address
     return f"{shown}:{spec.port}", how
 
@@ -124,25 +130,25 @@ def node_env(pb: Playbook) -> tuple[EnvVar, ...]:
     return tuple(pb.env) + tuple(extra)
 
 
-def node_jobs(jobs: list[Job], run_id: str, rdzv_endpoint: str, key: str | None = None) -> list[Job]:
-    """Each node's job: the playbook with that node's torchrun command and env, and the node's place in the job."""
+def node_plays(plays: list[Play], run_id: str, rdzv_endpoint: str, key: str | None = None) -> list[Play]:
+    """Each node's play: the playbook with that node's torchrun command and env, and the node's place in the job."""
     key = key if key is not None else secrets.token_hex(16)
-    names = tuple(j.target.name for j in jobs)
+    names = tuple(j.target.name for j in plays)
     out = []
-    for rank, job in enumerate(jobs):
-        pb = job.playbook
-        launch = dataclasses.replace(pb.launch, command=torchrun_command(pb, rank, len(jobs), rdzv_endpoint))
+    for rank, play in enumerate(plays):
+        pb = play.playbook
+        launch = dataclasses.replace(pb.launch, command=torchrun_command(pb, rank, len(plays), rdzv_endpoint))
         mine = dataclasses.replace(pb, launch=launch, env=node_env(pb))
-        out.append(dataclasses.replace(job, playbook=mine, node=Node(rank, names, run_id, rdzv_endpoint, key)))
+        out.append(dataclasses.replace(play, playbook=mine, node=Node(rank, names, run_id, rdzv_endpoint, key)))
     return out
 
 
-def turns(jobs: list[Job]) -> list[list[Job]]:
+def turns(plays: list[Play]) -> list[list[Play]]:
     """Nodes grouped by the machine their GPUs are on (the host): groups warm up side by side, a group's
     nodes one after another."""
-    groups: dict[str, list[Job]] = {}
-    for job in jobs:
-        groups.setdefault(job.target.host, []).append(job)
+    groups: dict[str, list[Play]] = {}
+    for play in plays:
+        groups.setdefault(play.target.host, []).append(play)
     return list(groups.values())
 
 
@@ -175,17 +181,17 @@ def side_by_side(groups: list[Any], work: Callable[[Any], Iterator[Event]]) -> I
         raise next((e for e in errors if not isinstance(e, GpuopsError)), errors[0])
 
 
-def each(jobs: list[Job], fn: Callable[[Job], Any]) -> list[Any]:
-    """fn(job) for every node at once; the results in node order (an exception stands as the result)."""
-    out: list[Any] = [None] * len(jobs)
+def each(plays: list[Play], fn: Callable[[Play], Any]) -> list[Any]:
+    """fn(play) for every node at once; the results in node order (an exception stands as the result)."""
+    out: list[Any] = [None] * len(plays)
 
     def one(i: int) -> None:
         try:
-            out[i] = fn(jobs[i])
+            out[i] = fn(plays[i])
         except BaseException as exc:  # noqa: BLE001 - returned, the caller decides
             out[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(jobs))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(plays))]
     for t in threads:
         t.start()
     for t in threads:

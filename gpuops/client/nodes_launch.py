@@ -2,7 +2,7 @@
 
 Nothing starts anywhere until every node passed preflight (each node's launch lock is held until all
 have started); a node that fails to warm up or start stops the nodes already started. Following the
-started job is the CLI's (each node followed as a target is, cli/job_cmd.py).
+started job is the CLI's (each node followed as a target is, cli/job_flow.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
-from gpuops.client.job import Job
-from gpuops.client.nodes import each, endpoint, node_jobs, side_by_side, turns
+from gpuops.client.play import Play
+from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
 from gpuops.client.preflight import LaunchLock, evaluate
 from gpuops.client.runs import new_run_id
 from gpuops.client.sequential_warmup import WarmupError, run_warmups, stop_warmup
@@ -21,56 +21,56 @@ from gpuops.client.uninterruptible import shielded
 from gpuops.errors import ExitCode
 
 
-def launch_job(jobs: list[Job], *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
+def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
     """Preflight on every node, then warm up, start; the last item is the Outcome of the start (the follow is the caller's)."""
     from gpuops.client.launch import _prepare, _record, _start
 
     deadline = time.monotonic() + timeout if timeout else None
-    locks = [LaunchLock(j) for j in jobs]
-    nodes: list[Job] = []
-    started: list[Job] = []
+    locks = [LaunchLock(j) for j in plays]
+    nodes: list[Play] = []
+    started: list[Play] = []
     run_id: str | None = None
     try:
         probes = each(locks, lambda lock: lock.acquire())  # type: ignore[arg-type,return-value]
-        failed = [(j, p) for j, p in zip(jobs, probes) if isinstance(p, BaseException)]
+        failed = [(j, p) for j, p in zip(plays, probes) if isinstance(p, BaseException)]
         if failed:
             raise _first(failed)
-        for job, probe in zip(jobs, probes):
-            yield from evaluate(job, probe)
+        for play, probe in zip(plays, probes):
+            yield from evaluate(play, probe)
         run_id = new_run_id()
-        rdzv, how = endpoint(jobs)
-        nodes = node_jobs(jobs, run_id, rdzv)
-        yield Event("job_planned", jobs[0].target.name, run_id,
-                    {"job": run_id, "nodes": [j.target.name for j in jobs], "rdzv_endpoint": rdzv, "found_by": how})
-        for job in nodes:
-            _prepare(job, run_id)
-            yield Event("run_created", job.target.name, run_id, {"session": job.session, "node_rank": job.node.rank})
+        rdzv, how = endpoint(plays)
+        nodes = node_plays(plays, run_id, rdzv)
+        yield Event("job_planned", plays[0].target.name, run_id,
+                    {"job": run_id, "nodes": [j.target.name for j in plays], "rdzv_endpoint": rdzv, "found_by": how})
+        for play in nodes:
+            _prepare(play, run_id)
+            yield Event("run_created", play.target.name, run_id, {"session": play.session, "node_rank": play.node.rank})
         durations: dict[str, dict[str, float]] = {j.target.name: {} for j in nodes}
 
-        def warm(group: list[Job]) -> Iterator[Event]:
-            for job in group:
-                for ev in run_warmups(job, run_id, deadline=deadline):
+        def warm(group: list[Play]) -> Iterator[Event]:
+            for play in group:
+                for ev in run_warmups(play, run_id, deadline=deadline):
                     if ev.kind == "warmup_done":
-                        durations[job.target.name][str(ev.get("gpu"))] = ev.get("seconds")
+                        durations[play.target.name][str(ev.get("gpu"))] = ev.get("seconds")
                     yield ev
 
         try:
             yield from side_by_side(turns(nodes), warm)
         except (KeyboardInterrupt, GeneratorExit):
-            for job in nodes:
-                stop_warmup(job, run_id, durations[job.target.name])
+            for play in nodes:
+                stop_warmup(play, run_id, durations[play.target.name])
             raise
         except WarmupError as exc:
-            for job in nodes:
-                _record(job, run_id, "warmup-failed", quiet=True, error=job.mask(str(exc)),
-                        warmup_seconds=durations[job.target.name])
+            for play in nodes:
+                _record(play, run_id, "warmup-failed", quiet=True, error=play.mask(str(exc)),
+                        warmup_seconds=durations[play.target.name])
             raise
-        for job in nodes:
-            _start(job, run_id, durations[job.target.name])
-            started.append(job)
-            yield Event("started", job.target.name, run_id, {
-                "session": job.session, "log": f"~/.gpuops/runs/{run_id}/log", "warmup_seconds": durations[job.target.name],
-                "watchdog": True, "node_rank": job.node.rank, "command": job.mask(job.playbook.launch.command)})
+        for play in nodes:
+            _start(play, run_id, durations[play.target.name])
+            started.append(play)
+            yield Event("started", play.target.name, run_id, {
+                "session": play.session, "log": f"~/.gpuops/runs/{run_id}/log", "warmup_seconds": durations[play.target.name],
+                "watchdog": True, "node_rank": play.node.rank, "command": play.mask(play.playbook.launch.command)})
     except GpuopsError:
         if run_id is not None:
             _undo(nodes, started, run_id)
@@ -86,7 +86,7 @@ def launch_job(jobs: list[Job], *, detach: bool = False, timeout: float | None =
                    "detached": detach})
 
 
-def _first(failed: list[tuple[Job, BaseException]]) -> BaseException:
+def _first(failed: list[tuple[Play, BaseException]]) -> BaseException:
     """The error to report when some nodes could not be locked: the first node's (a bug before a refusal)."""
     for _, exc in failed:
         if not isinstance(exc, GpuopsError):
@@ -94,36 +94,36 @@ def _first(failed: list[tuple[Job, BaseException]]) -> BaseException:
     return failed[0][1]
 
 
-def _undo(nodes: list[Job], started: list[Job], run_id: str) -> None:
+def _undo(nodes: list[Play], started: list[Play], run_id: str) -> None:
     """A node failed after the run existed: stop the nodes already started, record the others as never started."""
     from gpuops.client.launch import _record
     from gpuops.client.stop_call import abort_run
 
     with shielded():
-        for job in started:
+        for play in started:
             try:
-                abort_run(job, run_id, "stop", by="client")
+                abort_run(play, run_id, "stop", by="client")
             except GpuopsError:
                 pass
-        for job in nodes:
-            if job not in started:
-                _record(job, run_id, "start-failed", quiet=True, error="another node of the job failed to start")
+        for play in nodes:
+            if play not in started:
+                _record(play, run_id, "start-failed", quiet=True, error="another node of the job failed to start")
 
 
-def node_ends(nodes: list[Job], run_id: str) -> list[Any]:
+def node_ends(nodes: list[Play], run_id: str) -> list[Any]:
     """Each node's end, read from its records (after the follow)."""
     from gpuops.client.nodes import NodeEnd
     from gpuops.client.outcome import run_info
 
     infos = each(nodes, lambda j: run_info(j, run_id))
     ends = []
-    for rank, (job, info) in enumerate(zip(nodes, infos)):
+    for rank, (play, info) in enumerate(zip(nodes, infos)):
         if isinstance(info, BaseException) or info is None:
-            ends.append(NodeEnd(job.target.name, rank, "unknown", None, None))
+            ends.append(NodeEnd(play.target.name, rank, "unknown", None, None))
             continue
         from gpuops.agent.wire.records import outcome
 
         exit_text = None if info.exit_code is None else str(info.exit_code)
         state, code = outcome(exit_text, info.abort, info.session_alive)
-        ends.append(NodeEnd(job.target.name, rank, str(getattr(state, "value", state)), code, info.abort))
+        ends.append(NodeEnd(play.target.name, rank, str(getattr(state, "value", state)), code, info.abort))
     return ends

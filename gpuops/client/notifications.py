@@ -7,9 +7,9 @@ import json
 import secrets
 from typing import Iterator
 
-from gpuops.agent.notify.payload import TEST, test_payload
+from gpuops.agent.wire.protocol import NOTIFY_TEST as TEST
 from gpuops.client.events import Event, Outcome
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 from gpuops.client.runspec import env_script, notify_config, workdir
 from gpuops.errors import ExitCode, UsageError
 
@@ -17,25 +17,28 @@ from gpuops.errors import ExitCode, UsageError
 TOOL_TIMEOUT = 60.0
 
 
-def test_spec(job: Job, run: str) -> bytes:
-    """What the target's notify-test reads on stdin (secret URLs and env values included: it is not shown)."""
-    pb = job.playbook
+def test_spec(play: Play, run: str) -> bytes:
+    """What the target's notify-test reads on stdin (secret URLs and env values included: it is not shown); the
+    test payload is built there, from the run, target and playbook named here."""
+    pb = play.playbook
     return json.dumps({
-        "channels": notify_config(job),
-        "payload": test_payload(run, job.target.name, pb.name),
-        "env": env_script(job).render() + "\n",
-        "workdir": workdir(job),
+        "channels": notify_config(play),
+        "run": run,
+        "target": play.target.name,
+        "playbook": pb.name,
+        "env": env_script(play).render() + "\n",
+        "workdir": workdir(play),
         "secrets": list(pb.secrets),
     }).encode()
 
 
-def notify_test(job: Job) -> Iterator[Event | Outcome]:
+def notify_test(play: Play) -> Iterator[Event | Outcome]:
     """Each channel's answer as a notify_sent / notify_failed event, then the outcome (exit 9 if any failed)."""
-    pb = job.playbook
+    pb = play.playbook
     if not pb.notify:
         raise UsageError(f"{pb.path}: the playbook has no notify: channels to test", hint="see docs/notify.md")
     run = "notify-test-" + secrets.token_hex(3)
-    answers = job.agent.notify_test(test_spec(job, run), timeout=TOOL_TIMEOUT)
+    answers = play.door.notify_test(test_spec(play, run), timeout=TOOL_TIMEOUT)
     failed = []
     for i, channel in enumerate(pb.notify, 1):
         answer = next((a for a in answers if a.get("channel") == i), None)
@@ -46,13 +49,13 @@ def notify_test(job: Job) -> Iterator[Event | Outcome]:
         ok = bool(answer.get("ok"))
         if not ok:
             failed.append(i)
-        yield Event("notify_sent" if ok else "notify_failed", job.target.name, None, {"what": TEST, **fields})
+        yield Event("notify_sent" if ok else "notify_failed", play.target.name, None, {"what": TEST, **fields})
     total = len(pb.notify)
     if failed:
         which = ", ".join(map(str, failed))
         yield Outcome("notify-failed", ExitCode.NOTIFY_FAILED,
                       f"{len(failed)} of {total} notification channel(s) failed (channel {which}), sent from "
-                      f"{job.target.name}")
+                      f"{play.target.name}")
         return
     yield Outcome("notified", ExitCode.OK, f"every notification channel ({total}) took the test payload, sent from "
-                                          f"{job.target.name}")
+                                          f"{play.target.name}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuops.errors import ExitCode
 from gpuops.client.events import Outcome
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 from gpuops.agent.wire.records import outcome as record_outcome
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
@@ -20,37 +20,37 @@ _WHO = {"watchdog": "the watchdog", "client": "gpuops", "stop": "`gpuops stop`",
         "pane": "a Ctrl-C typed in its tmux pane"}
 
 
-def last_line(tail: bytes, job: Job) -> str | None:
+def last_line(tail: bytes, play: Play) -> str | None:
     """The log's last non-blank line, colours removed, secrets masked before the cut to 300 characters."""
     for raw in reversed(tail.replace(b"\r", b"\n").split(b"\n")):
         text = _ANSI.sub("", raw.decode("utf-8", "replace")).strip()
         if text:
-            return job.masker.cut(text, 300, keep_end=True)
+            return play.masker.cut(text, 300, keep_end=True)
     return None
 
 
-def session_state(job: Job) -> Any:
+def session_state(play: Play) -> Any:
     """The playbook's session on the target and its current run, as the probe reads them."""
-    return job.agent.probe((job.session,)).sessions.get(job.session)
+    return play.door.probe((play.session,)).sessions.get(play.session)
 
 
-def run_info(job: Job, run_id: str) -> Any:
+def run_info(play: Play, run_id: str) -> Any:
     """The run's records (None when the session now points at another run)."""
-    state = session_state(job)
+    state = session_state(play)
     return state.run if state and state.run and state.run.run_id == run_id else None
 
 
-def ended_outcome(job: Job, run_id: str, ev: Any, *, first_abort: Any = None, abort_on_match: bool = True,
+def ended_outcome(play: Play, run_id: str, ev: Any, *, first_abort: Any = None, abort_on_match: bool = True,
                   last: str | None = None, container: str | None = None) -> Outcome:
     if container is not None:
         what = "stopped" if container == "stopped" else "no longer exists"
         return Outcome("lost", ExitCode.TRAINING_FAILED,
-                       f"run {run_id} is lost: container {job.target.ctid} {what} while it ran "
+                       f"run {run_id} is lost: container {play.target.ctid} {what} while it ran "
                        "(its tmux session and every process of the run went with it)", {"run": run_id, "container": container})
-    info = run_info(job, run_id)
+    info = run_info(play, run_id)
     said = {"last_line": last} if last else {}
     if info is not None and info.abort is not None:
-        return _stopped(run_id, info, job, said)
+        return _stopped(run_id, info, play, said)
     if first_abort is not None and not abort_on_match:
         rule = _get(first_abort, "rule")
         return Outcome("matched", ExitCode.ABORTED, f"run {run_id} ended; rule '{rule}' matched (not aborted: --no-abort)",
@@ -70,7 +70,7 @@ def ended_outcome(job: Job, run_id: str, ev: Any, *, first_abort: Any = None, ab
                    {"run": run_id, "command_exit_code": code, **said})
 
 
-def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
+def _stopped(run_id: str, info: Any, play: Play, said: dict[str, Any]) -> Outcome:
     """A run that was stopped: the abort record says why, and by whom."""
     record = info.abort
     name, code = record_outcome(None if info.exit_code is None else str(info.exit_code), record, info.session_alive)
@@ -82,7 +82,7 @@ def _stopped(run_id: str, info: Any, job: Job, said: dict[str, Any]) -> Outcome:
             "survivors": done.get("survivors", []), **({"stacks": done["stacks"]} if done.get("stacks") else {})}
     if reason == "stall":
         last = record.get("last_line")  # the line before the stall, not what the run printed when stopped
-        limit = record.get("stall_timeout", job.playbook.watch.stall_timeout)
+        limit = record.get("stall_timeout", play.playbook.watch.stall_timeout)
         message = (f"run {run_id} stalled: no log output for {record.get('seconds')}s (stall_timeout {limit:g}s"
                    + ("; its log file is missing" if record.get("log_missing") else "") + f"); stopped by {who}"
                    + (f"; last log line: {last}" if last else "; it had printed nothing"))

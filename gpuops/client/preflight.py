@@ -6,11 +6,11 @@ import threading
 from typing import Iterator
 
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
-from gpuops.client.agent.channels import LockChannel
-from gpuops.client.agent.replies import Probe
+from gpuops.client.door.channels import LockChannel
+from gpuops.agent.wire.protocol import ProbeReply
 from gpuops.client.events import Event
-from gpuops.client.job import Job, holder_id
-from gpuops.client.gpus import Finding, check_idle
+from gpuops.client.play import Play, holder_id
+from gpuops.client.gpus import GpuCheck, check_idle
 
 #: The oldest Python the target package runs on (tests/test_target_package.py proves it).
 OLDEST_PYTHON = (3, 8)
@@ -19,53 +19,52 @@ OLDEST_PYTHON = (3, 8)
 class PreflightProblem(PreflightFailed):
     """Preflight found the target not ready; carries what was measured."""
 
-    def __init__(self, message: str, findings: list[Finding], job: Job, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, findings: list[GpuCheck], play: Play, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.findings = findings
         self.thresholds = {
-            "max_memory_used_mib": job.playbook.preflight.max_memory_used_mib,
-            "max_utilization_pct": job.playbook.preflight.max_utilization_pct,
-            "allow_processes": job.playbook.preflight.allow_processes,
+            "max_memory_used_mib": play.playbook.preflight.max_memory_used_mib,
+            "max_utilization_pct": play.playbook.preflight.max_utilization_pct,
+            "allow_processes": play.playbook.preflight.allow_processes,
         }
 
 
 class LaunchLock:
     """The target-side lock of one session: held while the launcher's heartbeats keep coming."""
 
-    def __init__(self, job: Job) -> None:
-        self.job = job
+    def __init__(self, play: Play) -> None:
+        self.play = play
         self._channel: LockChannel | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stale_holder: str | None = None
         self.holder: str | None = None
 
-    def acquire(self) -> Probe:
+    def acquire(self) -> ProbeReply:
         """Take the locks (the session's and its GPUs') and return the probe taken under them;
         raise RunAlive when another launch or run holds one."""
-        job = self.job
+        play = self.play
         self.holder = holder_id()
-        self._channel = job.agent.lock(job.session, self.holder, job.run_gpus)
-        locked = self._channel.wait_locked(job.timeout)
-        said = locked.said
+        self._channel = play.door.lock(play.session, self.holder, play.run_gpus)
+        said = self._channel.wait_locked(play.timeout)
         if said.busy is not None:
             self.release()
             raise RunAlive(
-                f"{job.target.name}: a launch of '{job.session}' is already in progress ({said.busy or 'another gpuops process'})",
+                f"{play.target.name}: a launch of '{play.session}' is already in progress ({said.busy or 'another gpuops process'})",
                 hint="wait for it, or see `gpuops status`",
             )
         if said.gpu_held is not None:
             self.release()
             gpu, holder = said.gpu_held
             raise RunAlive(
-                f"{job.target.name}: GPU {gpu} belongs to another {holder}",
+                f"{play.target.name}: GPU {gpu} belongs to another {holder}",
                 hint="a GPU is used by one launch or run at a time on a target; see `gpuops status`",
             )
-        assert locked.probe is not None
+        assert said.probe is not None
         self.stale_holder = said.stale
         self._thread = threading.Thread(target=self._beat, daemon=True, name="gpuops-lock-heartbeat")
         self._thread.start()
-        return locked.probe
+        return said.probe
 
     def _beat(self) -> None:
         while not self._stop.wait(5.0):
@@ -87,27 +86,27 @@ class LaunchLock:
         """The lock holder there ended with our connection: take our name off its files, so the next
         launch does not report a launcher that died (best effort, through a new connection)."""
         try:
-            self.job.agent.forget_lock(self.job.session, self.holder, self.job.run_gpus)
+            self.play.door.forget_lock(self.play.session, self.holder, self.play.run_gpus)
         except Exception:  # the host is gone too: the next launch says it recovered the lock
             pass
 
 
-def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
+def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
     """Check the probe against the playbook; raise PreflightProblem, else yield the findings."""
-    pf = job.playbook.preflight
-    state = probe.sessions.get(job.session)
+    pf = play.playbook.preflight
+    state = probe.sessions.get(play.session)
     if state is not None and state.alive:
         run = state.run.run_id if state.run else "unknown run"
         raise RunAlive(
-            f"{job.target.name}: tmux session '{job.session}' is alive ({run})",
+            f"{play.target.name}: tmux session '{play.session}' is alive ({run})",
             hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
         )
-    ready(job, probe)
-    findings: list[Finding] = []
+    ready(play, probe)
+    findings: list[GpuCheck] = []
     if pf.gpus:
         if probe.smi != "ok":
             why = "nvidia-smi is not installed" if probe.smi == "absent" else f"nvidia-smi failed: {probe.smi_error}"
-            raise PreflightProblem(f"{job.target.name}: cannot check GPUs {list(pf.gpus)}: {why}", [], job)
+            raise PreflightProblem(f"{play.target.name}: cannot check GPUs {list(pf.gpus)}: {why}", [], play)
         findings = check_idle(
             probe.gpus,
             pf.gpus,
@@ -118,21 +117,21 @@ def evaluate(job: Job, probe: Probe) -> Iterator[Event]:
         bad = [f for f in findings if not f.ok]
         if bad:
             raise PreflightProblem(
-                f"{job.target.name}: GPU(s) {', '.join(str(f.index) for f in bad)} not idle",
+                f"{play.target.name}: GPU(s) {', '.join(str(f.index) for f in bad)} not idle",
                 findings,
-                job,
+                play,
                 hint="wait for the other job to finish, or adjust preflight thresholds in the playbook",
             )
     yield Event(
         "preflight_ok",
-        job.target.name,
+        play.target.name,
         data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi},
     )
 
 
-def ready(job: Job, probe: Probe) -> None:
+def ready(play: Play, probe: ProbeReply) -> None:
     """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""
-    name = job.target.name
+    name = play.target.name
     if not probe.tmux:
         raise TargetNotReady(f"{name}: tmux is not installed on the target (the run lives in a tmux session)",
                              hint="install tmux there (apt-get install tmux)")

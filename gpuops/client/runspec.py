@@ -14,29 +14,29 @@ from typing import Any
 from gpuops.agent.wire import watchfile
 from gpuops.agent.wire.detector_list import DetectorSettings
 from gpuops.command import Secret, Script, export
-from gpuops.client.job import Job, holder_id
+from gpuops.client.play import Play, holder_id
 from gpuops.client.runs import dumps
 
 
-def meta(job: Job, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
+def meta(play: Play, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
     """The run's description (secrets masked), read back by status, logs, runs and the profile."""
-    pb = job.playbook
+    pb = play.playbook
     return {
         "id": run_id,
         "playbook": pb.name,
         "playbook_path": pb.path,
-        "session": job.session,
-        "target": job.target.name,
-        "ctid": job.target.ctid,
-        "command": job.mask(pb.launch.command),
+        "session": play.session,
+        "target": play.target.name,
+        "ctid": play.target.ctid,
+        "command": play.mask(pb.launch.command),
         "workdir": pb.workdir,
         "env": {v.name: "***" if v.secret else _shown_value(v.value) for v in pb.env},
-        "gpus": list(job.run_gpus),
+        "gpus": list(play.run_gpus),
         "phase": phase,
         "compile_guard": pb.launch.compile_guard,
         "launched_by": holder_id(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **({"job": job.node.meta()} if job.node is not None else {}),
+        **({"job": play.node.meta()} if play.node is not None else {}),
         **extra,
     }
 
@@ -51,12 +51,12 @@ def _shown_value(value: str) -> str:
     return value[: SHOWN_VALUE - 64] + f"... ({len(value)} characters; the run gets them all)"
 
 
-def env_script(job: Job) -> Script:
+def env_script(play: Play) -> Script:
     """Exports of the playbook's env (secrets stay Secret: they render as *** when shown)."""
-    pb = job.playbook
+    pb = play.playbook
     lines = []
     names = {v.name for v in pb.env}
-    if job.local and "PATH" not in names:
+    if play.local and "PATH" not in names:
         lines.append(export("PATH", os.environ.get("PATH", "/usr/bin:/bin")))
     if "PYTHONUNBUFFERED" not in names:
         lines.append(export("PYTHONUNBUFFERED", "1"))
@@ -71,10 +71,10 @@ def env_script(job: Job) -> Script:
     return Script(*lines)
 
 
-def workdir(job: Job) -> str:
+def workdir(play: Play) -> str:
     """Where warmup and training run, as sh/common.sh's enter_workdir reads it."""
-    pb = job.playbook
-    if job.local:
+    pb = play.playbook
+    if play.local:
         base = os.path.dirname(pb.path)
         return os.path.normpath(os.path.join(base, os.path.expanduser(pb.workdir or ".")))
     wd = pb.workdir or ""
@@ -96,14 +96,14 @@ def _detectors(detectors: DetectorSettings) -> DetectorSettings:
                         for key, settings in detectors.settings))
 
 
-def watch_config(job: Job, run_id: str) -> watchfile.WatchConfig:
+def watch_config(play: Play, run_id: str) -> watchfile.WatchConfig:
     """watch.json: everything the watchdog (or a client taking over) needs to watch and stop the run."""
-    pb, w = job.playbook, job.playbook.watch
+    pb, w = play.playbook, play.playbook.watch
     return watchfile.WatchConfig(
         run=run_id,
         playbook=pb.name,
-        session=job.session,
-        gpus=tuple(job.run_gpus),
+        session=play.session,
+        gpus=tuple(play.run_gpus),
         max_memory_used_mib=pb.preflight.max_memory_used_mib,
         abort=watchfile.Abort(pb.abort.signal, pb.abort.grace),
         builtin=w.builtin,
@@ -115,25 +115,25 @@ def watch_config(job: Job, run_id: str) -> watchfile.WatchConfig:
         recompiles=w.recompiles,
         env={v.name: v.value for v in pb.env if not v.secret},
         secrets=tuple(pb.secrets),
-        restart=restart_config(job),
+        restart=restart_config(play),
         stacks=w.stacks,
-        notify=tuple(notify_config(job)),
-        job=watchfile.Job(**job.node.watch()) if job.node is not None else None,
+        notify=tuple(notify_config(play)),
+        job=watchfile.Job(**play.node.watch()) if play.node is not None else None,
         metrics=watchfile.Metrics(textfile=w.metrics.textfile, pushgateway=w.metrics.pushgateway,
                                   secret=w.metrics.secret, keep_ended=w.metrics.keep_ended),
     )
 
 
-def notify_config(job: Job) -> list[dict[str, Any]]:
+def notify_config(play: Play) -> list[dict[str, Any]]:
     """watch.json's `notify`: the channels the watchdog sends through (a secret URL travels as watch.json's
     secrets do: in the run directory, mode 0600, never shown)."""
     return [{"on": list(c.on), "webhook": c.webhook, "secret": c.secret, "format": c.format, "command": c.command}
-            for c in job.playbook.notify]
+            for c in play.playbook.notify]
 
 
-def restart_config(job: Job) -> watchfile.Restart | None:
+def restart_config(play: Play) -> watchfile.Restart | None:
     """watch.json's `restart`: what the watchdog needs to start training again (None: no restarts)."""
-    pb = job.playbook
+    pb = play.playbook
     r = pb.restart
     if r is None or r.max == 0:
         return None
@@ -145,13 +145,13 @@ def restart_config(job: Job) -> watchfile.Restart | None:
                                                                warm.drain_timeout))
 
 
-def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
+def prepare_spec(play: Play, run_id: str, *, shown: bool = False) -> bytes:
     """The JSON document `prepare` reads on stdin; `shown`: as a dry run prints it, every secret masked
     before it is quoted or JSON-escaped (either respells a value holding ' or ")."""
-    watch = watchfile.compose(watch_config(job, run_id))
-    env = env_script(job).render(display=shown, mask=job.mask if shown else None) + "\n"
-    command = job.playbook.launch.command
-    again = job.playbook.restart.command if job.playbook.restart is not None and watch["restart"] else None
+    watch = watchfile.compose(watch_config(play, run_id))
+    env = env_script(play).render(display=shown, mask=play.mask if shown else None) + "\n"
+    command = play.playbook.launch.command
+    again = play.playbook.restart.command if play.playbook.restart is not None and watch["restart"] else None
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
         watch["notify"] = [{**c, "webhook": "***"} if c["secret"] else c for c in watch["notify"]]
@@ -159,15 +159,15 @@ def prepare_spec(job: Job, run_id: str, *, shown: bool = False) -> bytes:
             watch["metrics"] = {**watch["metrics"], "pushgateway": "***"}
         if watch.get("job"):
             watch["job"] = {**watch["job"], "key": "***"}
-        command = job.mask(command)
-        again = job.mask(again) if again else again
+        command = play.mask(command)
+        again = play.mask(again) if again else again
     return dumps({
-        "session": job.session,
-        "meta": meta(job, run_id, "warmup"),
+        "session": play.session,
+        "meta": meta(play, run_id, "warmup"),
         "env": env,
         "command": command,
-        "workdir": workdir(job),
+        "workdir": workdir(play),
         "watch": watch,
-        "compile_guard": job.playbook.launch.compile_guard,
+        "compile_guard": play.playbook.launch.compile_guard,
         **({"restart_command": again} if again else {}),
     }).encode()

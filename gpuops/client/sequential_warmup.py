@@ -11,7 +11,7 @@ from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
 from gpuops.client.runspec import meta
 from gpuops.client.uninterruptible import shielded
 from gpuops.client.events import Event
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 from gpuops.client.outcome import run_info
 from gpuops.agent.wire import protocol as p
 
@@ -39,30 +39,30 @@ class WarmupError(WarmupFailed):
         self.timed_out_by_deadline = False
 
 
-def run_warmups(job: Job, run_id: str, *, deadline: float | None = None) -> Iterator[Event]:
+def run_warmups(play: Play, run_id: str, *, deadline: float | None = None) -> Iterator[Event]:
     """Yield warmup events; raise WarmupError on a failure (after killing the warmup's processes)."""
-    warmup = job.playbook.warmup
+    warmup = play.playbook.warmup
     if warmup is None:
         return
     durations: dict[int, float] = {}
     for gpu in warmup.gpus:
         started = time.monotonic()
-        yield Event("warmup_start", job.target.name, run_id, {"gpu": gpu})
+        yield Event("warmup_start", play.target.name, run_id, {"gpu": gpu})
         tail: list[str] = []
         budget = warmup.timeout if deadline is None else min(warmup.timeout, max(0.0, deadline - started))
         try:
-            yield from _run_one(job, run_id, gpu, budget, tail)
+            yield from _run_one(play, run_id, gpu, budget, tail)
         except WarmupError as exc:
             exc.timed_out_by_deadline = budget < warmup.timeout and "timed out" in str(exc)
             raise
-        yield from _drain(job, run_id, gpu, warmup.drain_timeout, tail)
+        yield from _drain(play, run_id, gpu, warmup.drain_timeout, tail)
         durations[gpu] = round(time.monotonic() - started, 3)
-        yield Event("warmup_done", job.target.name, run_id, {"gpu": gpu, "seconds": durations[gpu]})
+        yield Event("warmup_done", play.target.name, run_id, {"gpu": gpu, "seconds": durations[gpu]})
 
 
-def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
-    assert job.playbook.warmup is not None
-    warmup = job.agent.warmup(run_id, gpu, render_warmup_command(job.playbook.warmup.command, gpu))
+def _run_one(play: Play, run_id: str, gpu: int, timeout: float, tail: list[str]) -> Iterator[Event]:
+    assert play.playbook.warmup is not None
+    warmup = play.door.warmup(run_id, gpu, render_warmup_command(play.playbook.warmup.command, gpu))
     deadline = time.monotonic() + timeout
     code: int | None = None
     try:
@@ -75,13 +75,13 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
                 code = warmup.wait(min(max(left, 0.1), 30.0))
                 break
             for raw in lines or ():
-                line = job.mask(raw)
+                line = play.mask(raw)
                 tail.append(line)
                 del tail[:-TAIL_LINES]
-                yield Event("warmup_output", job.target.name, run_id, {"gpu": gpu, "line": line})
+                yield Event("warmup_output", play.target.name, run_id, {"gpu": gpu, "line": line})
         rest = warmup.rest()
         if rest:
-            tail.append(job.mask(rest))
+            tail.append(play.mask(rest))
         lost = code is not None and code < 0 and warmup.connection_lost()
     finally:
         warmup.close()
@@ -89,72 +89,72 @@ def _run_one(job: Job, run_id: str, gpu: int, timeout: float, tail: list[str]) -
         return
     if lost:
         # Not the warmup's failure: the link dropped. Stop the warmup there (through a new connection).
-        job.agent.kill_marked(run_id)
+        play.door.kill_marked(run_id)
         raise WarmupConnectionLost(
-            job.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
+            play.target.name, f"the connection was lost during the warmup on GPU {gpu}; the warmup was stopped and "
             "training was not started", hint="check the network to the host, then launch again")
-    _kill(job, run_id, gpu)
-    if _stopped(job, run_id):
-        raise RunStopped(f"{job.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
+    _kill(play, run_id, gpu)
+    if _stopped(play, run_id):
+        raise RunStopped(f"{play.target.name}: the launch was stopped by `gpuops stop` during the warmup on GPU {gpu}; training not started")
     if code is None:
-        raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
-    raise WarmupError(f"{job.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
+        raise WarmupError(f"{play.target.name}: warmup on GPU {gpu} timed out after {timeout:g}s", gpu, tail)
+    raise WarmupError(f"{play.target.name}: warmup on GPU {gpu} exited with code {code}", gpu, tail)
 
 
-def _stopped(job: Job, run_id: str) -> bool:
+def _stopped(play: Play, run_id: str) -> bool:
     """`gpuops stop` ended the launch: the abort record it claimed is there. Never read from the warmup's
     exit status or output: a warmup may exit 86 (p.STOPPED_EXIT) or print the `stopped` mark itself."""
-    info = run_info(job, run_id)
+    info = run_info(play, run_id)
     return info is not None and info.abort is not None
 
 
-def stop_warmup(job: Job, run_id: str, durations: dict[str, float]) -> None:
+def stop_warmup(play: Play, run_id: str, durations: dict[str, float]) -> None:
     """Ctrl-C during the warmup: end it there (through a new connection if the interrupted one broke;
     a second Ctrl-C waits until it is done), and record the launch as interrupted (best effort)."""
     with shielded():
         try:
-            job.agent.kill_marked(run_id, budget=STOP_BUDGET)
+            play.door.kill_marked(run_id, budget=STOP_BUDGET)
         except GpuopsError:
             pass  # the target is gone: nothing of the warmup is left to stop there
         try:
-            job.agent.record(run_id, p.META, meta(job, run_id, "interrupted", warmup_seconds=durations))
+            play.door.record(run_id, p.META, meta(play, run_id, "interrupted", warmup_seconds=durations))
         except GpuopsError:
             pass
 
 
-def _kill(job: Job, run_id: str, gpu: int) -> None:
+def _kill(play: Play, run_id: str, gpu: int) -> None:
     """Kill the warmup's whole process tree, found by the run's marker.
 
     GPUOPS_PHASE=warmup-N names no run: another launch warming the same GPU index on this
     target (another session) would be killed too. During warmup only warmup processes carry
     the run's id, so the run marker finds exactly this warmup (and children it detached).
     """
-    job.agent.kill_marked(run_id, persistent=False)
+    play.door.kill_marked(run_id, persistent=False)
 
 
-def _drain(job: Job, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
+def _drain(play: Play, run_id: str, gpu: int, drain_timeout: float, tail: list[str]) -> Iterator[Event]:
     """Wait until the GPU's memory is back under the preflight threshold."""
-    limit = job.playbook.preflight.max_memory_used_mib
+    limit = play.playbook.preflight.max_memory_used_mib
     deadline = time.monotonic() + drain_timeout
     used: int | None = None
     announced = False
     while True:
-        memory = job.agent.gpu_memory(gpu)
+        memory = play.door.gpu_memory(gpu)
         if memory.absent:
             return  # no nvidia-smi on this target (the local demo): nothing to drain
         if memory.error is not None:
-            raise WarmupError(f"{job.target.name}: cannot read GPU {gpu} memory after warmup: {memory.error}", gpu, tail)
+            raise WarmupError(f"{play.target.name}: cannot read GPU {gpu} memory after warmup: {memory.error}", gpu, tail)
         used = memory.used_mib
         if used is None or used <= limit:
             return
         if time.monotonic() >= deadline:
-            _kill(job, run_id, gpu)
+            _kill(play, run_id, gpu)
             raise WarmupError(
-                f"{job.target.name}: GPU {gpu} memory did not drain after its warmup ({used} MiB > {limit} MiB after {drain_timeout:g}s)",
+                f"{play.target.name}: GPU {gpu} memory did not drain after its warmup ({used} MiB > {limit} MiB after {drain_timeout:g}s)",
                 gpu,
                 tail,
             )
         if not announced:
             announced = True
-            yield Event("warmup_draining", job.target.name, run_id, {"gpu": gpu, "memory_used_mib": used})
+            yield Event("warmup_draining", play.target.name, run_id, {"gpu": gpu, "memory_used_mib": used})
         time.sleep(0.25)

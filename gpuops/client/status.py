@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import threading
 from typing import Any, Iterator
 
-from gpuops.client.agent import Agent
-from gpuops.client.agent.replies import Probe
+from gpuops.client.door import Door
+from gpuops.agent.wire.protocol import ProbeReply
 from gpuops.config.model import Inventory, Target
 from gpuops.errors import GpuopsError
 from gpuops.transport import Pool
@@ -26,7 +26,7 @@ class TargetStatus:
     error_code: int | None = None
     hint: str | None = None
     container: str | None = None
-    probe: Probe | None = None
+    probe: ProbeReply | None = None
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,7 +62,7 @@ class TargetStatus:
 HISTORY_SECONDS = 300.0
 
 
-def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
+def memory_history(probe: ProbeReply) -> dict[int, tuple[list[int | None], float]]:
     """Per GPU: its memory over the last minutes from the samples of the live run using it, and the
     swing that run's watchdog counts as volatile."""
     out: dict[int, tuple[list[int | None], float]] = {}
@@ -70,7 +70,7 @@ def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
         run = s.run
         if run is None or not run.samples_text or not s.alive:
             continue
-        from gpuops.agent.detect.telemetry import parse_lines  # only where a live run has samples
+        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
         from gpuops.agent.wire.detector_list import by_key
 
         samples = parse_lines(run.samples_text)
@@ -83,7 +83,7 @@ def memory_history(probe: Probe) -> dict[int, tuple[list[int | None], float]]:
     return out
 
 
-def _gpus_json(probe: Probe) -> list[dict[str, Any]]:
+def _gpus_json(probe: ProbeReply) -> list[dict[str, Any]]:
     """Each GPU, with its memory over the last minutes where a live run samples it."""
     history = memory_history(probe)
     out = []
@@ -104,7 +104,7 @@ def probe_target(pool: Pool, inventory: Inventory, target: Target, sessions: tup
     started = time.monotonic()
     transport = pool.target(target)
     try:
-        status.probe, status.container = Agent(transport, label=target.name).probe_with_state(sessions)
+        status.probe, status.container = Door(transport, label=target.name).probe_with_state(sessions)
         status.reachable = True
     except GpuopsError as exc:
         status.error = str(exc)

@@ -10,21 +10,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuops.client.agent.replies import AbortResult
-from gpuops.client.job import Job
+from gpuops.agent.wire.protocol import AbortReply
+from gpuops.client.play import Play
 
-__all__ = ["AbortResult", "abort_record", "abort_run"]
+__all__ = ["abort_record", "abort_run"]
 
 
-def abort_record(job: Job, reason: str, *, rule: str | None = None, line: str | None = None,
+def abort_record(play: Play, reason: str, *, rule: str | None = None, line: str | None = None,
                  excerpt: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Why a run is stopped, with secrets masked (before any cut): written to abort.json on the target."""
-    ab = job.playbook.abort
+    ab = play.playbook.abort
     return {
         "reason": reason,
         "rule": rule,
-        "line": job.mask(line) if line else None,
-        "excerpt": job.mask(excerpt) if excerpt else None,
+        "line": play.mask(line) if line else None,
+        "excerpt": play.mask(excerpt) if excerpt else None,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "signal": ab.signal,
         "grace": ab.grace,
@@ -32,8 +32,8 @@ def abort_record(job: Job, reason: str, *, rule: str | None = None, line: str | 
     }
 
 
-def abort_run(job: Job, run_id: str, reason: str, *, by: str = "client", rule: str | None = None,
-              line: str | None = None, excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortResult:
+def abort_run(play: Play, run_id: str, reason: str, *, by: str = "client", rule: str | None = None,
+              line: str | None = None, excerpt: str | None = None, extra: dict[str, Any] | None = None) -> AbortReply:
     """Claim the run's abort and stop it the way the playbook says; returns what was left (or who won)."""
-    record = abort_record(job, reason, rule=rule, line=line, excerpt=excerpt, extra=extra)
-    return job.agent.abort(run_id, by, record, timeout=job.playbook.abort.grace + 150.0)
+    record = abort_record(play, reason, rule=rule, line=line, excerpt=excerpt, extra=extra)
+    return play.door.abort(run_id, by, record, timeout=play.playbook.abort.grace + 150.0)

@@ -1,5 +1,5 @@
-"""Follow a run: stream its log, show what its watchdog decides, and watch it ourselves only when
-the watchdog is gone (no heartbeat for HEARTBEAT_STALE seconds).
+"""View a run: stream its log, show what its watchdog decides, and stand in for the watchdog only when it
+is gone (no heartbeat for HEARTBEAT_STALE seconds).
 
 The watchdog on the target is the run's guard; a client is a viewer. It keeps a shadow matcher
 over the same bytes so that, if the watchdog stops answering, it takes over at once: it reports
@@ -13,13 +13,13 @@ import time
 from typing import Any, Iterator
 
 from gpuops.errors import ContainerNotRunning, ExitCode
-from gpuops.client.stop_call import AbortResult, abort_run
+from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
-from gpuops.client.job import Job
+from gpuops.client.play import Play
 from gpuops.client.outcome import ended_outcome, last_line
-from gpuops.client.stream import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
-from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
-from gpuops.agent.watch.stall import StallClock
+from gpuops.client.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, AbortReply, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.wire.stall import StallClock
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
@@ -29,14 +29,14 @@ _KNOWN = frozenset(_SHOWN + WATCHDOG_NOTES)
 _ENVELOPE = ("event", "ts", "schema_version", "target", "run")
 
 
-def build_matcher(job: Job, start_offset: int = 0) -> Any:
+def build_matcher(play: Play, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
     from gpuops.client.runspec import watch_config
     from gpuops.client import accel
-    from gpuops.agent.watch.ruleset import build_matcher as build
+    from gpuops.agent.wire.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None
-    return build(watch_config(job, "0"), start_offset, 1, job.mask, prefilter)
+    return build(watch_config(play, "0"), start_offset, 1, play.mask, prefilter)
 
 
 def _hit_data(hit: Any, by: str) -> dict[str, Any]:
@@ -49,10 +49,10 @@ def _hit_data(hit: Any, by: str) -> dict[str, Any]:
 
 
 class Viewer:
-    """One follow of one run: what has been seen, who is watching, and how it ends."""
+    """One view of one run: what has been seen, whether we stand in for its watchdog, and how it ends."""
 
-    def __init__(self, job: Job, run_id: str, *, abort_on_match: bool, deadline: float | None, once: bool) -> None:
-        self.job, self.run_id, self.target = job, run_id, job.target.name
+    def __init__(self, play: Play, run_id: str, *, abort_on_match: bool, deadline: float | None, once: bool) -> None:
+        self.play, self.run_id, self.target = play, run_id, play.target.name
         self.abort_on_match, self.deadline, self.once = abort_on_match, deadline, once
         self.matcher: Any = None
         self.log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
@@ -60,7 +60,7 @@ class Viewer:
         self.reported: set[tuple[str, int]] = set()  # (rule, offset) the watchdog reported
         self.shown: set[tuple[str, int]] = set()  # (rule, offset) we matched and showed ourselves
         self.wd_offset = -1
-        self.watching = False  # True: the watchdog is gone and we watch the run ourselves
+        self.standing_in = False  # True: the watchdog is gone and we apply the run's rules ourselves
         self.first_abort: Any = None
         self.session_gone = False  # the watchdog saw the session vanish under a running command
         self.missing = 0
@@ -73,7 +73,7 @@ class Viewer:
     def new_stall_clock(self) -> None:
         from gpuops.client.runspec import plain
 
-        w = self.job.playbook.watch
+        w = self.play.playbook.watch
         self.stall = StallClock(w.stall_timeout, plain(getattr(w, "stall_auto", None)), time.monotonic())
 
     def new_attempt(self, rec: dict[str, Any]) -> None:
@@ -95,17 +95,17 @@ class Viewer:
         self.stall.grew(time.monotonic())
         self.stall_said = False
         if self.matcher is None:
-            self.matcher = build_matcher(self.job, ev.offset)
+            self.matcher = build_matcher(self.play, ev.offset)
         yield self.event("log", offset=ev.offset, bytes=ev.data)
         if self.once:
-            return  # plain `gpuops logs` prints the log; only --follow watches it
+            return  # plain `gpuops logs` prints the log; only --follow applies the rules to it
         for name, seconds in self.matcher.guard.take_disabled():
-            if self.watching:  # else the watchdog, running the same rules, reports it
+            if self.standing_in:  # else the watchdog, running the same rules, reports it
                 yield self.event("rule_disabled", rule=name, seconds=round(seconds, 3), by="client")
         for hit in self.matcher.feed(ev.data):
-            if self.watching and hit.offset >= self.wd_offset:
+            if self.standing_in and hit.offset >= self.wd_offset:
                 yield from self.own_hit(hit)
-            elif not self.watching:
+            elif not self.standing_in:
                 self.held.append(hit)
 
     def own_hit(self, hit: Any) -> Iterator[Event | Outcome]:
@@ -164,17 +164,17 @@ class Viewer:
         if alive:
             self.wd_offset = max(self.wd_offset, ev.watchdog_offset)
             self.held = [h for h in self.held if h.offset >= self.wd_offset]
-            if self.watching:
-                self.watching = False
+            if self.standing_in:
+                self.standing_in = False
                 yield self.event("watchdog_back", age=round(ev.watchdog_age, 1))
-        elif not self.watching and ev.watchdog_state != "done":
-            self.watching = True
+        elif not self.standing_in and ev.watchdog_state != "done":
+            self.standing_in = True
             age = None if ev.watchdog_age < 0 else round(ev.watchdog_age, 1)
             yield self.event("watchdog_stale", age=age, stale_after=HEARTBEAT_STALE)
             held, self.held = self.held, []
             for hit in held:
                 yield from self.own_hit(hit)
-        if self.watching:
+        if self.standing_in:
             yield from self.check_stall(ev)
 
     def check_stall(self, ev: Heartbeat) -> Iterator[Event | Outcome]:
@@ -188,19 +188,19 @@ class Viewer:
         note = {"log_missing": True} if ev.size == -2 else {}
         yield self.event("stall", seconds=round(silent, 1), stall_timeout=limit, by="client", **note)
         if self.abort_on_match:
-            yield from self.stop("stall", None, seconds=round(silent, 1), last_line=last_line(self.log_tail, self.job), **note)
+            yield from self.stop("stall", None, seconds=round(silent, 1), last_line=last_line(self.log_tail, self.play), **note)
         self.stall_said = True  # --no-abort never stops the run
 
     # -- stopping -----------------------------------------------------------------------------
     def stop(self, reason: str, hit: Any, **extra: Any) -> Iterator[Event]:
         """Claim the abort and stop the run; if someone else stopped it first, say so."""
         yield self.event("abort_start", reason=reason, rule=hit.rule if hit else None, by="client")
-        result = abort_run(self.job, self.run_id, reason, by="client" if reason != "timeout" else "timeout",
+        result = abort_run(self.play, self.run_id, reason, by="client" if reason != "timeout" else "timeout",
                            rule=hit.rule if hit else None, line=hit.line if hit else None,
                            excerpt=hit.excerpt if hit else None, extra=extra or None)
         yield self.aborted(result, reason)
 
-    def aborted(self, result: AbortResult, reason: str) -> Event:
+    def aborted(self, result: AbortReply, reason: str) -> Event:
         if not result.won:
             return self.event("stopped_elsewhere", reason=result.record.get("reason"), stopped_by=result.by,
                               rule=result.record.get("rule"))
@@ -209,7 +209,7 @@ class Viewer:
 
     def timeout(self) -> Iterator[Event | Outcome]:
         yield self.event("timeout")
-        result = abort_run(self.job, self.run_id, "timeout", by="timeout")
+        result = abort_run(self.play, self.run_id, "timeout", by="timeout")
         yield self.aborted(result, "timeout")
         yield from self.finish(Ended("abort", None))
 
@@ -217,15 +217,15 @@ class Viewer:
     def on_end(self, ev: Ended) -> Iterator[Event | Outcome]:
         if self.matcher is not None and not self.once:
             for hit in self.matcher.finish():
-                if self.watching:
+                if self.standing_in:
                     yield from self.own_hit(hit)
         if ev.how == "once":
             yield Outcome("printed", ExitCode.OK, "", {"run": self.run_id})
             return
         if ev.how.startswith("container-"):
-            yield ended_outcome(self.job, self.run_id, None, container=ev.how[len("container-"):])
+            yield ended_outcome(self.play, self.run_id, None, container=ev.how[len("container-"):])
             return
-        if self.watching and ev.how != "abort":
+        if self.standing_in and ev.how != "abort":
             yield from self.settle_alone(ev)
         yield from self.finish(ev)
 
@@ -235,7 +235,7 @@ class Viewer:
             yield from self.stop("match", self.first_abort)
             return
         try:
-            survivors = self.job.agent.kill_marked(self.run_id)
+            survivors = self.play.door.kill_marked(self.run_id)
         except ContainerNotRunning:
             return
         if survivors:
@@ -244,8 +244,8 @@ class Viewer:
     def finish(self, ev: Ended) -> Iterator[Outcome]:
         if self.session_gone and ev.how == "exit":
             ev = Ended("gone", None)  # its exit code is the reap's, not the run's own
-        out = ended_outcome(self.job, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
-                            last=last_line(self.log_tail, self.job))
+        out = ended_outcome(self.play, self.run_id, ev, first_abort=self.first_abort, abort_on_match=self.abort_on_match,
+                            last=last_line(self.log_tail, self.play))
         out.data["attempts"] = self.attempts
         if self.attempts > 1:
             out.message += f" (attempt {self.attempts}, after {self.attempts - 1} restart{'s' if self.attempts > 2 else ''})"
@@ -254,8 +254,8 @@ class Viewer:
         yield out
 
 
-def watch(
-    job: Job,
+def view(
+    play: Play,
     run_id: str,
     *,
     tail: int = -1,
@@ -264,8 +264,8 @@ def watch(
     once: bool = False,
 ) -> Iterator[Event | Outcome]:
     """Yield log, watchdog and match events; the last item is the Outcome."""
-    follower = LogFollower(job.agent, run_id, job.session, tail=tail, once=once)
-    v = Viewer(job, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
+    follower = LogFollower(play.door, run_id, play.session, tail=tail, once=once)
+    v = Viewer(play, run_id, abort_on_match=abort_on_match, deadline=deadline, once=once)
     try:
         for ev in follower:
             if isinstance(ev, Data):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Mapping as Env
 
-from gpuops.agent.notify.webhook import split_url
+from gpuops.agent.wire.hookurl import split_url
 from gpuops.agent.wire.protocol import NOTIFY_DEFAULT_ON as DEFAULT_ON, NOTIFY_WHATS as WHATS
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Channel
@@ -111,7 +111,7 @@ def _read_url(node: Node, named: str, environ: Env[str, str], need_env: bool,
 
 
 def _url(url: str, mark: Mark, named: str, *, shown: bool, source: str | None = None) -> str:
-    """An http(s) URL with a host the sender can POST to (webhook.split_url: a `user:password@` is sent as
+    """An http(s) URL with a host the sender can POST to (wire/hookurl.split_url: a `user:password@` is sent as
     Basic authentication); the message never quotes a secret one."""
     try:
         if url.isprintable():

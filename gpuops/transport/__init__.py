@@ -1,8 +1,9 @@
 """Transports: local, ssh, and pct wrapping either; one connection per host per invocation.
 
-An SSH host is reached with the user's `ssh` binary (openssh.py), or with paramiko where there is none (ssh.py).
-Each kind is imported when a host of that kind is first used: paramiko only without `ssh`, pct's the agent's
-wire, and `gpuops status` starts connecting (Pool.connect_soon) before it imports what it does not
+An SSH host is reached with the user's `ssh` binary (ssh/openssh.py), or with paramiko where there is none
+(ssh/paramiko_transport.py); the SSH family lives in ssh/, beside local.py, pct.py and become.py.
+Each kind is imported when a host of that kind is first used (paramiko only without `ssh`), and `gpuops
+status` starts connecting (Pool.connect_soon) before it imports what it does not
 need for that."""
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Pool:
         still does before its first remote call (imports, building its commands) then overlaps the handshakes."""
         names = list(dict.fromkeys(t.host for t in targets))
         if any(self.inventory.hosts[n].transport == "ssh" for n in names):
-            from gpuops.transport.sshresolve import resolve_hosts_soon
+            from gpuops.transport.ssh.resolve import resolve_hosts_soon
 
             resolve_hosts_soon(self.inventory.hosts, names)  # `ssh -G` first: it runs while the rest is imported
         for name in names:
@@ -102,11 +103,11 @@ def _ssh_transport(host: Host, hosts: Mapping[str, Host], retry_time: float, wai
     """The user's OpenSSH client carries the connection; paramiko only where there is no `ssh` binary."""
     ssh = ssh_client()
     if ssh:
-        from gpuops.transport.openssh import OpenSshTransport
+        from gpuops.transport.ssh.openssh import OpenSshTransport
 
         clients_used.add(f"OpenSSH ({ssh})")
         return OpenSshTransport(host, hosts, ssh=ssh, retry_time=retry_time, wait_refused=wait_refused)
-    from gpuops.transport.ssh import SshTransport
+    from gpuops.transport.ssh.paramiko_transport import SshTransport
 
     clients_used.add("paramiko (no ssh on PATH)")
     return SshTransport(host, hosts, retry_time=retry_time)

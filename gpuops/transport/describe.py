@@ -18,7 +18,7 @@ def connection(inventory: Inventory, target: Target) -> dict[str, Any]:
         out.update(address=None, port=None, user=None, jumps=[], identity_file=None, known_hosts=None,
                    host_key_policy=None, jump_host_key_policies=[])
     else:
-        from gpuops.transport.sshplan import plan_chain
+        from gpuops.transport.ssh.plan import plan_chain
 
         hops = plan_chain(host, inventory.hosts)
         last = hops[-1]

@@ -15,7 +15,7 @@ from gpuops.transport.base import HostSide, Result
 
 class ProcStream:
     """A process with merged output on pipes: read with a timeout, write, wait. The local stream is one;
-    OpenSSH's (openssh.py) is one too, with its own way to tell a lost connection and to end."""
+    OpenSSH's (ssh/openssh.py) is one too, with its own way to tell a lost connection and to end."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
-from gpuops.agent.wire import protocol as p
 from gpuops.command import Cmd, Script
 from gpuops.errors import ContainerNotRunning
 from gpuops.transport.base import Result, Stream, Transport, Wrapping
@@ -88,10 +88,44 @@ def _pct_exec_program() -> str:
         return fh.read()
 
 
+#: The lines pct_exec.sh prints after a failed `pct exec`: the exec's status, then (after `pct status`'s
+#: output) pct status's own. The Proxmox host's, not the agent's: no gpuops file is shipped there.
+EXEC_RC, STATUS_RC = "@@pct-exec-rc ", "@@pct-status-rc "
+
+
+@dataclass
+class PctExecReply:
+    """pct_exec.sh's answer after a failed `pct exec`: the exec's status and output, then `pct status`'s."""
+
+    exec_rc: int
+    exec_out: str
+    status_rc: int
+    status_said: str
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def parse_pct_exec(text: str) -> PctExecReply | None:
+    """pct_exec.sh's answer: None when the command ran in the container (its output is all of text)."""
+    lines = text.splitlines(keepends=True)
+    failed = [i for i, line in enumerate(lines) if line.startswith(EXEC_RC)]
+    if not failed:
+        return None
+    head, after = lines[failed[0]], "".join(lines[failed[0] + 1:]).splitlines()
+    exec_rc = _int(head[len(EXEC_RC):])
+    status_rc = next((_int(line[len(STATUS_RC):]) for line in after if line.startswith(STATUS_RC)), None)
+    said = "\n".join(line for line in after if not line.startswith(STATUS_RC))
+    return PctExecReply(1 if exec_rc is None or exec_rc < 0 else exec_rc, "".join(lines[: failed[0]]),
+                        1 if status_rc is None else status_rc, said)
+
+
 def _split_exec_status(result: Result) -> tuple[Result, str]:
     """The exec's own output and exit code, and the container's state: `running` when the exec
     worked, else what `pct status` said after it (its stdout and stderr were merged)."""
-    reply = p.parse_pct_exec(result.out)
+    reply = parse_pct_exec(result.out)
     if reply is None:
         return result, "running"
     state = parse_pct_status(Result(reply.status_rc, reply.status_said.encode(), reply.status_said.encode()))

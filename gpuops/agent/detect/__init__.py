@@ -4,5 +4,5 @@ judge.py, run together by detectors.py over episodes; what the watchdog measures
 the sample store (telemetry), the run's profile and baseline, the inductor cache watched, the compute
 processes per GPU.
 
-Target side; the client reads `telemetry` samples for status' sparkline.
+Target side only: status reads the samples through the wire (wire/samples.py).
 """

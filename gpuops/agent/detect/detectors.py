@@ -17,14 +17,14 @@ note saying why.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List, Optional, Set, Type
+from typing import Any, Dict, List, Optional, Set, Tuple, Type
 
 from ..wire.detector_list import DETECTORS, NO_BASELINE, DetectorSettings, DetectorSpec
 from ..wire.smi import GpuSample
 from . import judge
 from .judge import ABORT, MIN_FIGURES, NOTE, WARN, Baseline, Finding, Run, base_figures  # noqa: F401  (their home is judge.py)
 
-__all__ = ["ABORT", "MIN_FIGURES", "NOTE", "WARN", "Baseline", "Detectors", "Finding", "load"]
+__all__ = ["ABORT", "MIN_FIGURES", "NOTE", "WARN", "Baseline", "Detectors", "Finding", "figure_rules", "load"]
 
 
 def load(spec: DetectorSpec) -> Type[judge.Detector]:
@@ -33,6 +33,12 @@ def load(spec: DetectorSpec) -> Type[judge.Detector]:
     cls: Type[judge.Detector] = getattr(module, "Detector")
     cls.spec = spec
     return cls
+
+
+def figure_rules(detectors: DetectorSettings) -> List[Tuple[str, str]]:
+    """The metric rules the detectors that are on read their figures with: (name, Python regex) pairs, in the
+    list's order (the watchdog's matcher runs them after the rules, wire/ruleset.py)."""
+    return [pair for spec, settings in detectors.on() for pair in load(spec).metrics(settings)]
 
 
 class Detectors:

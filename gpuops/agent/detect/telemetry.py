@@ -1,24 +1,14 @@
 """The sample store: a run's GPU and throughput samples kept in its run directory, bounded for
-week-long runs (the figures themselves: throughput.py; the inductor cache: cachewatch.py).
+week-long runs (the figures themselves: throughput.py; the inductor cache: cachewatch.py; the line
+format, which `gpuops status` reads too: wire/samples.py).
 
-``samples.jsonl`` holds the recent raw samples, one compact JSON object a line::
-
-    {"t":1796120709.83,"g":{"5":[1443,17]},"p":{"5":1},"tp":505695}
-
-(t: epoch seconds; g: GPU -> [memory MiB, utilisation %], null where nvidia-smi said [N/A];
-p: compute processes per GPU, when known; tp: the median throughput figure logged since the
-previous sample, when the log gave one). Once the raw file spans ``raw_keep`` seconds plus a
-quarter, the samples older than ``raw_keep`` (cut on a bucket boundary) are folded into
-``samples-coarse.jsonl``, one line per ``bucket`` seconds::
-
-    {"t":1796120700,"d":60,"n":30,"g":{"5":[1443,1443,1450,17]},"p":{"5":1},"tp":505695}
-
-(g: GPU -> [min, median, max memory, median utilisation]; p: the most processes seen; tp: the
-median of the samples' throughput), and the raw file is rewritten with the rest (temporary file
-and rename). At a 2 s interval, 8 GPUs and six-digit MiB figures that is ~0.5 MB of coarse
-lines a day plus at most ~0.4 MB raw: under 1 MB after a day, under 4 MB after a week.
-Coarse lines are appended before the raw file is replaced, and readers drop raw samples older
-than the last bucket's end, so a crash between the two steps duplicates nothing.
+``samples.jsonl`` holds the recent raw samples, one compact JSON object a line. Once the raw file
+spans ``raw_keep`` seconds plus a quarter, the samples older than ``raw_keep`` (cut on a bucket
+boundary) are folded into ``samples-coarse.jsonl``, one line per ``bucket`` seconds, and the raw file
+is rewritten with the rest (temporary file and rename). At a 2 s interval, 8 GPUs and six-digit MiB
+figures that is ~0.5 MB of coarse lines a day plus at most ~0.4 MB raw: under 1 MB after a day, under
+4 MB after a week. Coarse lines are appended before the raw file is replaced, and readers drop raw
+samples older than the last bucket's end, so a crash between the two steps duplicates nothing.
 """
 
 from __future__ import annotations
@@ -26,120 +16,16 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..wire.records import SAMPLES, SAMPLES_COARSE
+from ..wire.samples import Sample, compact, encode, line_time, parse_line, parse_lines, stamp
 from ..wire.smi import GpuSample
-from .throughput import finite, median
+from .throughput import median
 
-__all__ = ["Sample", "TelemetryLog", "encode", "parse_lines", "read_samples"]
+__all__ = ["Sample", "TelemetryLog", "encode", "parse_lines", "read_samples"]  # the line format: wire/samples.py
 
 _TAIL = 8192  # bytes read from the end of the coarse file to learn where it ends
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One raw sample, or one coarse bucket (span > 0) standing for n raw samples."""
-
-    t: float
-    gpus: GpuSample  # coarse: the bucket's median memory and utilisation
-    procs: Optional[Dict[int, int]] = None
-    throughput: Optional[float] = None
-    n: int = 1
-    span: float = 0.0
-    low: Optional[Dict[int, Optional[int]]] = None  # coarse: min memory per GPU
-    high: Optional[Dict[int, Optional[int]]] = None  # coarse: max memory per GPU
-
-    @property
-    def coarse(self) -> bool:
-        return self.span > 0
-
-    def memory(self, gpu: int) -> int | None:
-        """This sample's memory on gpu (MiB), None when not measured."""
-        return self.gpus.get(gpu, (None, None))[0]
-
-
-def _compact(value: float) -> Union[int, float]:
-    """A figure as few JSON characters as it needs: 6 significant digits, no ".0"."""
-    value = float("%.6g" % value)
-    return int(value) if value.is_integer() and abs(value) < 1e15 else value
-
-
-def _stamp(t: float) -> str:
-    """Epoch seconds to the hundredth, without trailing zeros."""
-    return ("%.2f" % t).rstrip("0").rstrip(".")
-
-
-def _j(value: Optional[int]) -> str:
-    return "null" if value is None else str(int(value))
-
-
-def encode(t: float, gpus: GpuSample, procs: Optional[Dict[int, int]] = None, throughput: float | None = None) -> str:
-    """One raw sample line (no newline); formatted by hand, it is written every 2 s for weeks."""
-    parts = ['{"t":%s,"g":{' % _stamp(t),
-             ",".join('"%d":[%s,%s]' % (i, _j(m), _j(u)) for i, (m, u) in sorted(gpus.items())), "}"]
-    if procs is not None:
-        parts.append(',"p":{%s}' % ",".join('"%d":%d' % (i, n) for i, n in sorted(procs.items())))
-    tp = finite(throughput)
-    if tp is not None:
-        parts.append(',"tp":%s' % json.dumps(_compact(tp)))
-    parts.append("}")
-    return "".join(parts)
-
-
-def _opt_int(value: Any) -> int | None:
-    if value is None:
-        return None
-    if type(value) is int:
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(value)
-    return int(value)
-
-
-def _decode(obj: Any) -> Sample:
-    """A parsed line as a Sample; KeyError/TypeError/ValueError when it is not one of ours."""
-    t = float(obj["t"])
-    procs = {int(k): int(v) for k, v in obj["p"].items()} if "p" in obj else None
-    tp = finite(float(obj["tp"])) if obj.get("tp") is not None else None
-    if "d" not in obj:
-        gpus = {int(k): (_opt_int(v[0]), _opt_int(v[1])) for k, v in obj["g"].items()}
-        return Sample(t, gpus, procs, tp)
-    rows = {int(k): [_opt_int(x) for x in v] for k, v in obj["g"].items()}
-    if any(len(r) != 4 for r in rows.values()):
-        raise ValueError("coarse row")
-    return Sample(t, {k: (r[1], r[3]) for k, r in rows.items()}, procs, tp, int(obj["n"]), float(obj["d"]),
-                  {k: r[0] for k, r in rows.items()}, {k: r[2] for k, r in rows.items()})
-
-
-def _time(line: str) -> float | None:
-    """A line's time, cheaply: our lines start with {"t":<number>, (rotation reads 2,000 of them)."""
-    if line.startswith('{"t":'):
-        end = line.find(",", 5)
-        try:
-            return float(line[5:end])
-        except ValueError:
-            pass
-    sample = _parse_line(line)
-    return sample.t if sample is not None else None
-
-
-def _parse_line(line: str) -> Sample | None:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        return _decode(json.loads(line))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-        return None
-
-
-def parse_lines(text: Union[str, bytes]) -> List[Sample]:
-    """Samples in file order; lines that do not parse (a torn head from `tail -c`, a half-written end) are skipped."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return [s for s in map(_parse_line, text.split("\n")) if s is not None]
 
 
 def _read(path: str) -> str:
@@ -173,13 +59,13 @@ def _bucket_line(start: float, span: float, group: Sequence[Sample]) -> str:
         mems = [m for m in (s.gpus.get(gpu, (None, None))[0] for s in group) if m is not None]
         utils = [u for u in (s.gpus.get(gpu, (None, None))[1] for s in group) if u is not None]
         rows[str(gpu)] = [min(mems) if mems else None, _median_int(mems), max(mems) if mems else None, _median_int(utils)]
-    obj: Dict[str, Any] = {"t": json.loads(_stamp(start)), "d": _compact(span), "n": len(group), "g": rows}
+    obj: Dict[str, Any] = {"t": json.loads(stamp(start)), "d": compact(span), "n": len(group), "g": rows}
     procs = [s.procs for s in group if s.procs is not None]
     if procs:
         obj["p"] = {str(g): max(p.get(g, 0) for p in procs) for g in sorted({g for p in procs for g in p})}
     tps = [s.throughput for s in group if s.throughput is not None]
     if tps:
-        obj["tp"] = _compact(median(tps))
+        obj["tp"] = compact(median(tps))
     return json.dumps(obj, separators=(",", ":"))
 
 
@@ -207,7 +93,7 @@ class TelemetryLog:
         try:
             with open(self.raw_path, encoding="utf-8", errors="replace") as f:
                 for line in iter(lambda: f.readline(1 << 16), ""):
-                    t = _time(line)
+                    t = line_time(line)
                     if t is not None:
                         return t
         except OSError:
@@ -230,10 +116,10 @@ class TelemetryLog:
         kept: List[str] = []
         groups: Dict[float, List[Sample]] = {}
         for line in _read(self.raw_path).split("\n"):
-            t = _time(line)
+            t = line_time(line)
             if t is None or t < self._coarse_end:
                 continue
-            sample = _parse_line(line) if t < cut else None
+            sample = parse_line(line) if t < cut else None
             if sample is not None:
                 groups.setdefault(math.floor(sample.t / self.bucket) * self.bucket, []).append(sample)
             elif t >= cut:
@@ -250,4 +136,4 @@ class TelemetryLog:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.raw_path)
-        self._first = _time(kept[0]) if kept else None
+        self._first = line_time(kept[0]) if kept else None

@@ -56,7 +56,7 @@ def build(d: str, cfg: WatchConfig, what: str, data: Dict[str, Any]) -> Dict[str
         restarting = _restart_due(d, cfg)
         facts["restart_due"] = restarting
     elif what == "stalled":
-        name, code = p.RunState.STALLED, p.EXIT_STALLED
+        name, code = p.RunState.STALLED, p.ExitCode.STALLED
         excerpt = data.get("last_line") or (abort or {}).get("last_line")
     elif what == "restarted":
         attempt = int(data.get("attempt") or attempt)

@@ -4,8 +4,9 @@
 the notification's lock while it works, so a second sender of the same key does nothing, and skips the
 channels notify.jsonl already has an answer of. Each channel's answer is appended to notify.jsonl and
 is an event of the run (`notify_sent`, `notify_failed`) that `logs -f` and `launch` show.
-`python3 -m gpuops_agent notify-test` reads {channels, payload, env, workdir} on stdin, tries each
-channel once and prints one `notified` marker per channel.
+`python3 -m gpuops_agent notify-test` reads {channels, run, target, playbook, env, workdir, secrets} on stdin,
+builds the test payload (payload.test_payload), tries each channel once and prints one `notified` marker per
+channel.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..wire.masking import Masker
 from ..wire.records import read_json
 from ..run.prepare import append_event
 from . import deliver, outbox
+from .payload import test_payload
 
 #: How long a notification waits for the one queued before it on the same channel: that one's retries
 #: (5 minutes), its last try, and a margin.
@@ -124,7 +126,7 @@ def tool_notify_test(argv: List[str]) -> int:
     """Each channel tried once, from here (the target's network and env), its answer printed as a marker."""
     spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))  # one line: stdin stays open after it
     channels: List[Dict[str, Any]] = spec.get("channels") or []
-    payload: Dict[str, Any] = spec["payload"]
+    payload = test_payload(str(spec["run"]), str(spec["target"]), str(spec["playbook"]))
     masker = Masker(spec.get("secrets") or [])
     work = tempfile.mkdtemp(prefix="gpuops-notify-test-")
     threading.Thread(target=_end_with_client, args=(work,), name="gpuops-notify-test-client", daemon=True).start()

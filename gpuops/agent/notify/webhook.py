@@ -7,20 +7,19 @@ the URL, or parts of it, in theirs. A URL's `user:password@` is sent as HTTP Bas
 
 from __future__ import annotations
 
-import base64
 import http.client
 import socket
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, List, Optional, Tuple
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from typing import Any, Callable, Dict, List
 
 try:
     import ssl
 except ImportError:  # a Python built without it: http hooks only
     ssl = None  # type: ignore[assignment]
 
+from ..wire.hookurl import split_url
 from .said import clean
 
 #: A try ends this long after it began at most, whatever the hook does (a hook that answers one byte a
@@ -30,26 +29,8 @@ TRY_LIMIT = 10.0
 ANSWER_LIMIT = 1 << 16
 #: HTTP answers that are worth another try (others in 4xx say the request itself is wrong).
 RETRY_STATUS = (408, 425, 429)
-#: What a path or query may hold unquoted; the rest (a space, non-ASCII) is percent-encoded as browsers do.
-_URL_SAFE = "/%:@!$&'()*+,;=-._~?"
 
 Answer = Dict[str, Any]
-
-
-def split_url(url: str) -> Tuple[str, Optional[str]]:
-    """The URL to POST to (no userinfo; a space or non-ASCII character percent-encoded) and its Basic
-    authorization header (from `user:password@`), or ValueError when it is no http(s) URL with a host."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("not an http(s) URL with a host")
-    parts.port  # noqa: B018 - raises ValueError on a bad port
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    auth = None
-    if at:
-        user, _, password = userinfo.partition(":")
-        auth = "Basic " + base64.b64encode(("%s:%s" % (unquote(user), unquote(password))).encode("utf-8")).decode()
-    path, query = quote(parts.path, safe=_URL_SAFE), quote(parts.query, safe=_URL_SAFE)
-    return urlunsplit((parts.scheme, hostport, path, query, "")), auth
 
 
 class _Sockets:

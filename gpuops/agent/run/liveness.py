@@ -27,7 +27,7 @@ from typing import List, Optional, Sequence
 from ..wire import protocol as p
 from ..system import tmux
 from ..system.procs import running
-from ..system.filewatch import HANGUPS
+from ..system.wake import HANGUPS
 
 #: Seconds between tmux checks while nothing is known for sure (no pane pid yet, or it ended).
 CHECK_EVERY = 0.5

@@ -20,7 +20,7 @@ from ..run.abort import claimer_dead, finish_orphan
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..system.procs import running
-from ..system.filewatch import Waker
+from ..system.wake import Waker
 
 #: Once the run ended, wait at most this long for a live watchdog to write its last records.
 WATCHDOG_GRACE = 15.0

@@ -35,7 +35,7 @@ FAILED_WAIT = 3.0
 #: How long a node (not node 0) waits, before its restart, for node 0's old store to go (its abort's grace and more).
 STORE_GONE_WAIT = 120.0
 #: gpuops exit codes by how the first node ended (the job's code).
-_CODES = {"match": p.EXIT_ABORTED, "stall": p.EXIT_STALLED, p.RESTART_FAILED: p.EXIT_FAILED}
+_CODES = {"match": p.ExitCode.ABORTED, "stall": p.ExitCode.STALLED, p.RESTART_FAILED: p.ExitCode.TRAINING_FAILED}
 
 
 class JobLink:
@@ -131,7 +131,7 @@ class JobLink:
             return
         nodes = list(self.job.nodes) or [None]
         self.end = {"node": nodes[0], "node_rank": 0, "reason": p.RESTART_FAILED, "rule": p.RESTART_FAILED,
-                    "by": jobwire.STORE_GONE, "exit_code": p.EXIT_FAILED,
+                    "by": jobwire.STORE_GONE, "exit_code": p.ExitCode.TRAINING_FAILED,
                     "excerpt": "node %s's rendezvous store went away before the job's end and did not come back "
                                "within %gs" % (nodes[0], jobwire.STORE_GRACE)}
         self.ended.set()

@@ -27,13 +27,14 @@ from .duties import DUTIES, Duty, Heartbeat, Metrics, Pass, Stall
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
+from ..detect.detectors import figure_rules
 from ..detect.quiet_failures import Quiet
 from ..wire.records import read_json
 from ..run.prepare import append_event, set_aside
 from ..wire.builtin_rules import advice
-from .stall import StallClock
-from ..system.filewatch import Waker
-from .ruleset import build_matcher
+from ..wire.stall import StallClock
+from ..system.wake import Waker
+from ..wire.ruleset import build_matcher
 from .heartbeat import EventLog, Pulse
 from ..notify.outbox import Notifier
 from .joblink import JobLink
@@ -66,7 +67,7 @@ class Watchdog:
         self.line = int(state.get("safe_line") or 1)
         self.inode = int(state.get("inode") or 0)
         self.safe = (self.offset, self.line)
-        self.matcher = build_matcher(cfg, self.offset, self.line, self.masker)
+        self.matcher = build_matcher(cfg, self.offset, self.line, self.masker, figure_rules=figure_rules(cfg.detectors))
         self.stall = StallClock(cfg.stall.timeout, cfg.stall.auto, time.monotonic() - (time.time() - self.started))
         if state.get("stall"):
             self.stall.restore(state["stall"])
@@ -117,7 +118,7 @@ class Watchdog:
 
     def reset(self, why: str) -> None:
         self.offset, self.line = 0, 1
-        self.matcher = build_matcher(self.cfg, 0, 1, self.masker)
+        self.matcher = build_matcher(self.cfg, 0, 1, self.masker, figure_rules=figure_rules(self.cfg.detectors))
         self.events.write("log_reset", why=why)
 
     def after_feed(self) -> None:

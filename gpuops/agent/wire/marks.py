@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+
+from .smi import Gpu, SmiError, parse_gpus
+
+if TYPE_CHECKING:
+    from .runinfo import RunInfo
 
 # -- markers: lines the target tools print for the client to read ------------------------------
 MARK = "@@gpuops "
@@ -19,7 +24,7 @@ MARKS = frozenset({
     # probe.sh
     "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
     "locked", "run", "meta", "exit", "started", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
-    "guard_counts", "pct_exec_rc", "pct_rc",
+    "guard_counts",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
     # kill_marked.sh, abort, start
@@ -78,44 +83,36 @@ def said_need_lib(out: str, exit_code: Optional[int] = None) -> bool:
 
 
 @dataclass
-class ProbeRun:
-    """What probe.sh read of a session's current run (its records' raw values)."""
-
-    run_id: str
-    meta: Dict[str, Any] = field(default_factory=dict)
-    exit_code: Optional[int] = None
-    started: bool = False  # the `started` record: training's tmux session was created
-    abort: Optional[Dict[str, Any]] = None
-    abort_done: Optional[Dict[str, Any]] = None
-    watchdog: Optional[Dict[str, Any]] = None
-    watchdog_running: bool = True
-    log_size: Optional[int] = None
-    log_mtime: Optional[float] = None
-    samples_text: str = ""
-    guard_counts: List[Dict[str, Any]] = field(default_factory=list)  # compile-guard-counts/*.json
-
-
-@dataclass
 class ProbeSession:
+    """A tmux session probe.sh was asked about: whether it lives, who holds its launch lock, its current run."""
+
     session: str
     alive: bool = False
     locked_by: Optional[str] = None
-    run: Optional[ProbeRun] = None
+    run: Optional["RunInfo"] = None
 
 
 @dataclass
 class ProbeReply:
-    """probe.sh's output: the clock, raw nvidia-smi sections and their exit codes, tools, sessions."""
+    """probe.sh's answer: the target's clock, GPUs, tools and each session's run, in one reply. The raw
+    nvidia-smi sections and their exit codes are kept beside what they were read as."""
 
     now: Optional[float] = None
-    smi: bool = True  # False: no nvidia-smi on the target
+    smi: str = "ok"  # ok | absent (no nvidia-smi on the target) | error
+    smi_error: Optional[str] = None
+    gpus: List[Gpu] = field(default_factory=list)
     gpus_text: str = ""
     apps_text: str = ""
     gpus_rc: int = 1
     apps_rc: int = 1
     tmux: bool = True
-    python: Optional[Tuple[int, ...]] = None
+    python: Optional[Tuple[int, ...]] = None  # the target's python3 version; None when it has none
     sessions: Dict[str, ProbeSession] = field(default_factory=dict)
+
+    @property
+    def smi_found(self) -> bool:
+        """The target has nvidia-smi (it may still have failed)."""
+        return self.smi != "absent"
 
 
 def parse_probe(text: str) -> ProbeReply:
@@ -136,7 +133,7 @@ def parse_probe(text: str) -> ProbeReply:
         elif key in ("gpus_rc", "apps_rc"):
             setattr(reply, key, int(value or 1))
         elif key == "nosmi":
-            reply.smi = False
+            reply.smi = "absent"
         elif key == "notmux":
             reply.tmux = False
         elif key == "python":
@@ -152,7 +149,27 @@ def parse_probe(text: str) -> ProbeReply:
         elif current is not None:
             _probe_field(current, key, value)
     reply.gpus_text, reply.apps_text = "\n".join(buf["gpus"]), "\n".join(buf["apps"])
+    _read_gpus(reply)
+    for state in reply.sessions.values():
+        if state.run is not None:
+            state.run.session_alive, state.run.remote_now = state.alive, reply.now
+            state.run.meta["launcher_alive"] = state.locked_by is not None
     return reply
+
+
+def _read_gpus(reply: ProbeReply) -> None:
+    """The GPUs from nvidia-smi's two sections, or why there are none (its failure, in its own words)."""
+    if reply.smi == "absent":
+        return
+    if reply.gpus_rc != 0 or reply.apps_rc != 0:
+        reply.smi = "error"
+        failed = reply.gpus_text if reply.gpus_rc != 0 else reply.apps_text  # a missing driver fails both alike
+        reply.smi_error = " ".join(failed.split())[:300] or "nvidia-smi failed"
+        return
+    try:
+        reply.gpus = parse_gpus(reply.gpus_text, reply.apps_text)
+    except SmiError as exc:
+        reply.smi, reply.smi_error = "error", str(exc)
 
 
 def _probe_field(state: ProbeSession, key: str, value: str) -> None:
@@ -161,7 +178,9 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
     elif key == "locked":
         state.locked_by = value or "another gpuops launch"
     elif key == "run":
-        state.run = ProbeRun(value)
+        from .runinfo import RunInfo  # (it reads the protocol, which imports this module)
+
+        state.run = RunInfo(value, state.session)
     elif state.run is None:
         return
     elif key in ("meta", "abort", "abort_done", "watchdog"):
@@ -185,11 +204,13 @@ LOCKED_OK_LINE = ("\n" + MARK + "locked-ok\n").encode()
 
 @dataclass
 class LockReply:
-    """lock.sh's answer: who holds the session (busy) or a GPU (gpu_held: gpu, holder), a stale holder."""
+    """lock.sh's answer: who holds the session (busy) or a GPU (gpu_held: gpu, holder), a stale holder, and
+    the probe taken under the locks (None: refused)."""
 
     busy: Optional[str] = None
     gpu_held: Optional[Tuple[str, str]] = None
     stale: Optional[str] = None
+    probe: Optional[ProbeReply] = None
 
     @property
     def refused(self) -> bool:
@@ -206,6 +227,8 @@ def parse_lock(text: str) -> LockReply:
             reply.gpu_held = (gpu, holder)
         elif key == "stale":
             reply.stale = value.strip()
+    if not reply.refused:
+        reply.probe = parse_probe(text)
     return reply
 
 
@@ -226,15 +249,54 @@ def parse_start(text: str) -> StartReply:
 
 @dataclass
 class AbortReply:
-    """abort's answer: the record it claimed, or the one that was there already; then abort-done's record."""
+    """abort's answer: the record it claimed, or the one that was there already; then abort-done's record.
+    `sent`: the record the caller asked it to claim."""
 
     claimed: Optional[Dict[str, Any]] = None
     already: Optional[Dict[str, Any]] = None
     done: Optional[Dict[str, Any]] = None
+    sent: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def won(self) -> bool:
+        """False: someone else had already claimed the abort."""
+        return self.already is None
+
+    @property
+    def record(self) -> Dict[str, Any]:
+        """The record in force: the one sent, or the one of who stopped the run first."""
+        return self.sent if self.already is None else self.already
+
+    @property
+    def by(self) -> Optional[str]:
+        return self.record.get("by")
+
+    @property
+    def survivors(self) -> List[int]:
+        return [int(x) for x in (self.done or {}).get("survivors") or [] if isinstance(x, int)]
+
+    @property
+    def gpus(self) -> List[Dict[str, Any]]:
+        return list((self.done or {}).get("gpus") or [])
+
+    @property
+    def held_by(self) -> Dict[str, List[int]]:
+        """GPU -> pids, for a GPU that did not drain."""
+        held = (self.done or {}).get("held_by") or {}
+        return {str(g): [int(x) for x in pids if isinstance(x, int)] for g, pids in held.items() if isinstance(pids, list)}
+
+    @property
+    def seconds(self) -> float:
+        return float((self.done or {}).get("seconds") or 0.0)
+
+    @property
+    def session_gone_at(self) -> Optional[float]:
+        """When the run's tmux session went (the target's clock)."""
+        return (self.done or {}).get("session_gone_at")
 
 
-def parse_abort(text: str) -> AbortReply:
-    reply = AbortReply()
+def parse_abort(text: str, sent: Optional[Dict[str, Any]] = None) -> AbortReply:
+    reply = AbortReply(sent=dict(sent or {}))
     for key, value in marks(text):
         if key in ("claimed", "already"):
             setattr(reply, key, _object(value))
@@ -259,29 +321,3 @@ def parse_kill_marked(text: str) -> List[int]:
         if key == "survivors":
             return [int(x) for x in value.split() if x.isdigit()]
     return []
-
-
-@dataclass
-class PctExecReply:
-    """pct_exec.sh's answer after a failed `pct exec`: the exec's status and output, then `pct status`'s."""
-
-    exec_rc: int
-    exec_out: str
-    status_rc: int
-    status_said: str
-
-
-def parse_pct_exec(text: str) -> Optional[PctExecReply]:
-    """pct_exec.sh's answer: None when the command ran in the container (its output is all of text)."""
-    lines = text.splitlines(keepends=True)
-    failed = [i for i, line in enumerate(lines) if line.startswith(MARK + "pct_exec_rc")]
-    if not failed:
-        return None
-    head, after = lines[failed[0]], "".join(lines[failed[0] + 1:])
-    exec_rc = _int(head[len(MARK + "pct_exec_rc"):])
-    status_rc = next((_int(v) for k, v in marks(after) if k == "pct_rc"), None)
-    said = "\n".join(ln for ln in after.splitlines() if not ln.startswith(MARK))
-    return PctExecReply(1 if exec_rc is None or exec_rc < 0 else exec_rc, "".join(lines[: failed[0]]),
-                        1 if status_rc is None else status_rc, said)
-
-

@@ -12,14 +12,16 @@ import os
 from enum import Enum
 from typing import Optional
 
+from .exits import ExitCode  # noqa: F401  (the contract's exit codes, one definition for both sides)
 from .frames import (  # noqa: F401  (the wire's names, one import for both sides)
-    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Frame, FrameReader,
-    data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame, truncated_frame,
+    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Data, Ended, Frame,
+    FrameReader, Heartbeat, Reset, WatchdogEvent, data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame,
+    truncated_frame,
 )
 from .marks import (  # noqa: F401
     CANNOT_CREATE_EXIT, LOCKED_OK_LINE, MARK, MARKS, NEED_LIB_EXIT, STOPPED_EXIT, UNPACK_FAILED_EXIT, AbortReply,
-    LockReply, ProbeReply, ProbeRun, ProbeSession, PctExecReply, StartReply, mark, marks, parse_abort, parse_kill_marked,
-    parse_lock, parse_notify_test, parse_pct_exec, parse_probe, parse_stacks, parse_start, said_need_lib,
+    LockReply, ProbeReply, ProbeSession, StartReply, mark, marks, parse_abort, parse_kill_marked,
+    parse_lock, parse_notify_test, parse_probe, parse_stacks, parse_start, said_need_lib,
 )
 
 #: The version of every record the agent writes in a run directory and of every JSON object `--json`
@@ -119,7 +121,7 @@ def attempt_dir(d: str, n: int) -> str:
     """Where attempt n's records are kept once it ended and a restart followed."""
     return os.path.join(d, ATTEMPTS, "%d" % int(n))
 
-#: A watchdog whose heartbeat is older than this is taken for gone: clients watch the run themselves.
+#: A watchdog whose heartbeat is older than this is taken for gone: clients stand in for it.
 HEARTBEAT_STALE = 10.0
 #: Seconds between watchdog heartbeats.
 HEARTBEAT_EVERY = 2.0
@@ -141,10 +143,6 @@ def run_dir(run_id: str, home: Optional[str] = None) -> str:
 
 
 
-# -- exit codes of the contract (gpuops.errors.ExitCode holds the same; the agent cannot import it) --
-EXIT_OK, EXIT_CONNECT, EXIT_WARMUP, EXIT_FAILED, EXIT_ABORTED, EXIT_STALLED = 0, 3, 5, 6, 7, 8
-EXIT_TIMEOUT, EXIT_INTERRUPTED = 124, 130
-
 # -- a launch's phases, as meta.json's `phase` says ---------------------------------------------
 PHASE_PREFLIGHT, PHASE_WARMUP, PHASE_RUNNING = "preflight", "warmup", "running"
 PHASE_WARMUP_FAILED, PHASE_START_FAILED = "warmup-failed", "start-failed"
@@ -152,8 +150,8 @@ PHASE_INTERRUPTED, PHASE_CONNECTION_LOST = "interrupted", "connection-lost"
 #: The launch is still warming up (while its launcher lives).
 WARMING_PHASES = frozenset({PHASE_PREFLIGHT, PHASE_WARMUP})
 #: The launch ended before training started: its phase -> gpuops' exit code, as the launch exited.
-NOT_STARTED_EXIT = {PHASE_WARMUP_FAILED: EXIT_WARMUP, PHASE_START_FAILED: EXIT_FAILED,
-                    PHASE_INTERRUPTED: EXIT_INTERRUPTED, PHASE_CONNECTION_LOST: EXIT_CONNECT}
+NOT_STARTED_EXIT = {PHASE_WARMUP_FAILED: ExitCode.WARMUP, PHASE_START_FAILED: ExitCode.TRAINING_FAILED,
+                    PHASE_INTERRUPTED: ExitCode.INTERRUPTED, PHASE_CONNECTION_LOST: ExitCode.CONNECT}
 NOT_STARTED_PHASES = frozenset(NOT_STARTED_EXIT)
 
 

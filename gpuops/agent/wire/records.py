@@ -22,13 +22,13 @@ from .protocol import RunState
 
 #: abort.json reason -> (outcome, exit code); any other reason is a matched rule.
 _ABORT_OUTCOMES = {
-    "stall": (RunState.STALLED, p.EXIT_STALLED),
-    "timeout": (RunState.TIMEOUT, p.EXIT_TIMEOUT),
-    "stop": (RunState.STOPPED, p.EXIT_FAILED),
-    "interrupt": (RunState.INTERRUPTED, p.EXIT_INTERRUPTED),  # a Ctrl-C typed in the run's tmux pane (by: pane)
+    "stall": (RunState.STALLED, p.ExitCode.STALLED),
+    "timeout": (RunState.TIMEOUT, p.ExitCode.TIMEOUT),
+    "stop": (RunState.STOPPED, p.ExitCode.TRAINING_FAILED),
+    "interrupt": (RunState.INTERRUPTED, p.ExitCode.INTERRUPTED),  # a Ctrl-C typed in the run's tmux pane (by: pane)
 }
 
-Outcome = Tuple[RunState, Optional[int]]
+StateAndCode = Tuple[RunState, Optional[int]]  # a run's state and gpuops' exit code for it
 
 
 def command_exit_code(text: str | None) -> int | None:
@@ -41,7 +41,7 @@ def command_exit_code(text: str | None) -> int | None:
         return None
 
 
-def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> Outcome:
+def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> StateAndCode:
     """The run's outcome name and gpuops exit code; (running, None) while it goes on.
 
     An abort record decides (it is written before the session is killed, so the command's own
@@ -53,16 +53,16 @@ def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool)
         if abort.get("reason") == p.JOB_ABORT:  # ended because another node ended the job: that node's cause
             first = str(abort.get("first_reason"))
             if first == p.RESTART_FAILED:
-                return RunState.FAILED, p.EXIT_FAILED
-            return _ABORT_OUTCOMES.get(first, (RunState.ABORTED, p.EXIT_ABORTED))
-        return _ABORT_OUTCOMES.get(str(abort.get("reason")), (RunState.ABORTED, p.EXIT_ABORTED))
+                return RunState.FAILED, p.ExitCode.TRAINING_FAILED
+            return _ABORT_OUTCOMES.get(first, (RunState.ABORTED, p.ExitCode.ABORTED))
+        return _ABORT_OUTCOMES.get(str(abort.get("reason")), (RunState.ABORTED, p.ExitCode.ABORTED))
     if exit_code_text is not None:
         if command_exit_code(exit_code_text) == 0:
-            return RunState.SUCCEEDED, p.EXIT_OK
-        return RunState.FAILED, p.EXIT_FAILED
+            return RunState.SUCCEEDED, p.ExitCode.OK
+        return RunState.FAILED, p.ExitCode.TRAINING_FAILED
     if session_alive:
         return RunState.RUNNING, None
-    return RunState.LOST, p.EXIT_FAILED
+    return RunState.LOST, p.ExitCode.TRAINING_FAILED
 
 
 def read_text(path: str, limit: int = 1 << 16) -> str | None:

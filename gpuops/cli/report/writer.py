@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpuops.errors import GpuopsError, UsageError
 from gpuops.client.events import Event, Outcome
+
+if TYPE_CHECKING:
+    from types import TracebackType
+    from gpuops.cli.junit import Report, Suite
+    from gpuops.cli.roles import Render
+    from gpuops.client.play import Play
 
 
 def check_writable(path: str, flag: str) -> None:
@@ -30,7 +36,7 @@ def check_writable(path: str, flag: str) -> None:
 
 @dataclass
 class _Target:
-    job: Any
+    play: Play
     run: str | None = None
     said: dict[str, Any] = field(default_factory=dict)
     message: str = ""
@@ -38,12 +44,12 @@ class _Target:
     missing: str = ""
 
 
-def fetch(job: Any, run_id: str | None) -> dict[str, Any]:
-    """The run's records through the job's agent (one round trip)."""
-    return job.agent.report(run_id, job.session)
+def fetch(play: Play, run_id: str | None) -> dict[str, Any]:
+    """The run's records through the play's door (one round trip)."""
+    return play.door.report(run_id, play.session)
 
 
-def build(sections: list[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],
+def build(sections: Sequence[tuple[str, dict[str, Any] | None, dict[str, Any], str, str, Callable[[str], str]]],
           command: str) -> str:
     """The page for (target, record or None, what the command said, its message, why the record is missing, mask)."""
     from gpuops.cli.report.page import Section, page
@@ -71,11 +77,11 @@ class HtmlReport:
         if path:
             check_writable(path, "--report")
 
-    def wrap(self, render: Any, job: Any) -> Any:
+    def wrap(self, render: Render, play: Play) -> Render:
         if not self.path:
             return render
-        self.targets[job.target.name] = _Target(job)
-        return _Tee(render, self, job.target.name)
+        self.targets[play.target.name] = _Target(play)
+        return _Tee(render, self, play.target.name)
 
     def event(self, name: str, ev: Event) -> None:
         if ev.run and name in self.targets:
@@ -98,7 +104,7 @@ class HtmlReport:
             t.missing = "no run was created"
             return
         try:
-            t.record = fetch(t.job, t.run)
+            t.record = fetch(t.play, t.run)
         except GpuopsError as exc:
             t.missing = str(exc)
         except KeyboardInterrupt:  # a second Ctrl-C while reading: the page says what the command knew
@@ -107,7 +113,7 @@ class HtmlReport:
     def __enter__(self) -> HtmlReport:
         return self
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not self.path:
             return
         import sys
@@ -120,13 +126,13 @@ class HtmlReport:
                 self._read(t)
             except Exception as err:  # noqa: BLE001 - the page is still written with what is known
                 t.missing = f"{type(err).__name__}: {err}"
-        sections = [(name, t.record, t.said, t.message, t.missing, t.job.mask) for name, t in self.targets.items()]
+        sections = [(name, t.record, t.said, t.message, t.missing, t.play.mask) for name, t in self.targets.items()]
         try:
             text = build(sections, f"gpuops {self.command}")
         except Exception as err:  # noqa: BLE001 - the report never changes the run's exit code
             said = f"{type(err).__name__}: {err}"
             for t in self.targets.values():
-                said = t.job.mask(said)
+                said = t.play.mask(said)
             sys.stderr.write(f"gpuops: warning: the run's report could not be drawn ({said}); {self.path} not written\n")
             return
         try:
@@ -145,7 +151,7 @@ class HtmlReport:
 class _Tee:
     """The renderer the command uses: everything goes to the real one (or the JUnit recorder), then here."""
 
-    def __init__(self, inner: Any, report: HtmlReport, name: str) -> None:
+    def __init__(self, inner: Render, report: HtmlReport, name: str) -> None:
         self._inner, self._report, self._name = inner, report, name
 
     def event(self, ev: Event) -> None:
@@ -163,15 +169,15 @@ class _Tee:
 class Reports:
     """--junit and --report together, as each_target and the fan-out use one report object."""
 
-    def __init__(self, junit: Any, html: HtmlReport) -> None:
+    def __init__(self, junit: Report, html: HtmlReport) -> None:
         self.junit, self.html = junit, html
 
     @property
     def path(self) -> str | None:
         return self.junit.path
 
-    def suite(self, name: str) -> Any:
+    def suite(self, name: str) -> Suite:
         return self.junit.suite(name)
 
-    def wrap(self, render: Any, job: Any) -> Any:
-        return self.html.wrap(self.junit.wrap(render, job), job)
+    def wrap(self, render: Render, play: Play) -> Render:
+        return self.html.wrap(self.junit.wrap(render, play), play)

@@ -95,7 +95,7 @@ class HostBuilder:
             found = proxy_command(*options["proxycommand"])
             if found is not None:  # `ssh -W %h:%p HOP`: the hop, checked as every hop is
                 return self._chain(found[0], options["proxycommand"][1], host, found[1])
-        return None  # any other ProxyCommand is run as ssh runs it (sshchain)
+        return None  # any other ProxyCommand is run as ssh runs it (transport/ssh/chain.py)
 
     def _chain(self, spec: str, mark: Mark, owner: Host, key: str | None) -> str:
         """ProxyJump a,b: a as it is, b reached through a, the host through b; the last hop's name."""

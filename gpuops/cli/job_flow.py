@@ -5,34 +5,33 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.cli.fanout import Fanout
 from gpuops.cli.run_flow import renderer
 from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
 
+if TYPE_CHECKING:
+    from gpuops.cli.roles import Render, Report, Terminal
+    from gpuops.client.play import Play
+    from gpuops.client.nodes import Node
 
-def is_job(jobs: list[Any]) -> bool:
-    """These jobs are the nodes of one torchrun job (the playbook's launch.nodes, no -t)."""
-    return bool(jobs) and bool(jobs[0].playbook.launch.nodes) and \
-        [j.target.name for j in jobs] == list(jobs[0].playbook.launch.nodes)
 
-
-def run_job(jobs: list[Any], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Any) -> int:
+def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Report) -> int:
     """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
     import time
 
     from gpuops.client.nodes import check_nodes
     from gpuops.client.nodes_launch import launch_job
 
-    check_nodes(jobs)
+    check_nodes(plays)
     deadline = time.monotonic() + timeout if timeout else None
     render = renderer(as_json, verbose, multi=True)
-    first = jobs[0].target.name
-    nodes: list[Any] = []
+    first = plays[0].target.name
+    nodes: list[Play] = []
     try:
-        gen = launch_job(jobs, detach=detach, timeout=timeout)
+        gen = launch_job(plays, detach=detach, timeout=timeout)
         for item in gen:
             if isinstance(item, Outcome):
                 if detach:
@@ -40,12 +39,13 @@ def run_job(jobs: list[Any], *, detach: bool, timeout: float | None, as_json: bo
                     return item.exit_code
                 break
             render.event(item)
-        nodes = _node_jobs(jobs, item)
+        nodes = _node_plays(plays, item)
     except GpuopsError as exc:
         from gpuops.cli.options import error_outcome
+        from gpuops.cli.render import JsonRenderer
 
         exc.target = getattr(exc, "target", None) or first
-        if as_json:
+        if isinstance(render, JsonRenderer):  # --json
             render.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), exc.target)
             if render.held is not None:
                 render.release(lambda obj: 0)
@@ -55,60 +55,61 @@ def run_job(jobs: list[Any], *, detach: bool, timeout: float | None, as_json: bo
     return follow_job(nodes, item.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
 
 
-def _node_jobs(jobs: list[Any], started: Outcome) -> list[Any]:
-    """The nodes' jobs as the launch made them (each knows its place in the job) from the launch's records."""
+def _node_plays(plays: list[Play], started: Outcome) -> list[Play]:
+    """The nodes' plays as the launch made them (each knows its place in the job) from the launch's records."""
     from gpuops.client.nodes import Node
 
     names = tuple(started.data["nodes"])
     run = started.data["run"]
-    return [_with_node(j, Node(rank, names, run, "")) for rank, j in enumerate(jobs)]
+    return [_with_node(j, Node(rank, names, run, "")) for rank, j in enumerate(plays)]
 
 
-def _with_node(job: Any, node: Any) -> Any:
+def _with_node(play: Play, node: Node) -> Play:
     import dataclasses
 
-    return dataclasses.replace(job, node=node)
+    return dataclasses.replace(play, node=node)
 
 
-def follow_job(nodes: list[Any], run_id: str, render: Any, report: Any, *, as_json: bool, verbose: bool,
+def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report, *, as_json: bool, verbose: bool,
                timeout: float | None) -> int:
     """Every node followed at once (each in a worker, as several targets are), then the job's summary."""
     import time
 
+    from gpuops.cli.render import JsonRenderer
     from gpuops.client.nodes_launch import node_ends
     from gpuops.client.nodes import job_outcome
 
     deadline = time.monotonic() + timeout if timeout else None
     work = functools.partial(_follow_one, run_id=run_id, deadline=deadline)
-    fan = Fanout(nodes, lambda job: report.wrap(render, job), render, report, as_json=as_json, sum_up=False)
+    fan = Fanout(nodes, lambda play: report.wrap(render, play), render, report, as_json=as_json, sum_up=False)
     fan.run(work)
     out = job_outcome(run_id, node_ends(nodes, run_id))
     if verbose:
         conns, cmds = fan.cost()
         sys.stderr.write(f"gpuops: {conns} SSH connection(s), {cmds} remote command(s)\n")
     target = out.data.get("first_failing_node") or nodes[0].target.name
-    if as_json:
+    if isinstance(render, JsonRenderer):  # --json
         render.release(lambda obj: 0)
         render.outcome(out, target)  # the last line: the job's summary
     else:
         render.say(("gpuops: " if out.exit_code == 0 else f"gpuops: {out.outcome.upper()} (exit {out.exit_code}): ")
                    + out.message)
-    for job in nodes:
-        job.transport.close()
+    for play in nodes:
+        play.transport.close()
     return out.exit_code
 
 
-def _follow_one(job: Any, render: Any, *, run_id: str, deadline: float | None) -> int:
+def _follow_one(play: Play, render: Render, *, run_id: str, deadline: float | None) -> int:
     from gpuops.cli.run_flow import drive
-    from gpuops.client.viewer import watch
+    from gpuops.client.viewer import view
 
     state: dict[str, Any] = {"started": True, "run": run_id}
     try:
-        return drive(watch(job, run_id, deadline=deadline), render, job.target.name, state)
+        return drive(view(play, run_id, deadline=deadline), render, play.target.name, state)
     except KeyboardInterrupt:
-        render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED, f"stopped following node {job.target.name}; the job "
+        render.outcome(Outcome("interrupted", ExitCode.INTERRUPTED, f"stopped following node {play.target.name}; the job "
                                "goes on, guarded by each node's watchdog (`gpuops stop -p PLAYBOOK` stops every node)",
-                               {"run": run_id, "run_alive": True}), job.target.name)
+                               {"run": run_id, "run_alive": True}), play.target.name)
         return ExitCode.INTERRUPTED
     finally:
-        job.transport.close()
+        play.transport.close()

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Union
 
-from gpuops.client.agent import Agent
-from gpuops.client.agent.channels import Closed, FollowChannel
-from gpuops.client.agent.replies import Data, Ended, Heartbeat, Reset, WatchdogEvent
+from gpuops.client.door import Door
+from gpuops.client.door.channels import Closed, FollowChannel
+from gpuops.agent.wire.frames import Data, Ended, Heartbeat, Reset, WatchdogEvent
 from gpuops.errors import AuthError, ConnectError, GpuopsError, HostKeyError, RemoteError
 
 __all__ = ["Data", "Ended", "FollowEvent", "Heartbeat", "LogFollower", "Reconnected", "Reconnecting", "Reset",
@@ -42,7 +42,7 @@ class LogFollower:
 
     def __init__(
         self,
-        agent: Agent,
+        door: Door,
         run_id: str,
         session: str,
         *,
@@ -53,7 +53,7 @@ class LogFollower:
         give_up_after: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.agent = agent
+        self.door = door
         self.run_id = run_id
         self.session = session
         self.offset = offset
@@ -76,7 +76,7 @@ class LogFollower:
             self._stream = None
 
     def _open(self) -> None:
-        self._stream = self.agent.follow(self.run_id, self.session, self.offset, self.inode, self.tail, self.once,
+        self._stream = self.door.follow(self.run_id, self.session, self.offset, self.inode, self.tail, self.once,
                                          self.events_offset)
         self.tail = -1  # only the first open starts from the tail
 
@@ -105,13 +105,13 @@ class LogFollower:
                     failed_starts += 1
                     if failed_starts >= 3:  # the follower itself fails on the target: reconnecting cannot help
                         raise RemoteError(
-                            f"{self.agent.label}: the log follower on the target exited with code {exc.code} "
+                            f"{self.door.label}: the log follower on the target exited with code {exc.code} "
                             f"before sending anything: {exc.noise or 'no output'}",
                             hint="the target needs python3 (gpuops' follower and watchdog run there)") from None
                 now = self.clock()
                 down_since = down_since if down_since is not None else now
                 if now - down_since > self.give_up_after:
-                    raise ConnectError(self.agent.label, f"lost the connection and could not get it back in {self.give_up_after:g}s") from None
+                    raise ConnectError(self.door.label, f"lost the connection and could not get it back in {self.give_up_after:g}s") from None
                 attempt += 1
                 yield Reconnecting(str(exc) or type(exc).__name__, attempt)
                 # Said first: when the host itself is down, this check waits out the connect retries.
@@ -122,7 +122,7 @@ class LogFollower:
                     return
                 time.sleep(min(5.0, 0.2 * (2 ** min(attempt, 5))))
                 try:
-                    self.agent.reconnect()
+                    self.door.reconnect()
                 except (HostKeyError, AuthError):
                     raise
                 except GpuopsError as exc2:
@@ -132,7 +132,7 @@ class LogFollower:
     def _container_gone(self) -> str | None:
         """`stopped` or `missing` when the target is a container that no longer runs, else None."""
         try:
-            now = self.agent.container_state()
+            now = self.door.container_state()
         except GpuopsError:  # the host is unreachable: the reconnect loop deals with that
             return None
         return now if now in ("stopped", "missing") else None
@@ -146,7 +146,7 @@ class LogFollower:
             now = self.clock()
             if frames is None:
                 if now - last > self.dead_after:
-                    raise _Dead(f"no word from {self.agent.label} for {self.dead_after:g}s")
+                    raise _Dead(f"no word from {self.door.label} for {self.dead_after:g}s")
                 continue
             if isinstance(frames, Closed):
                 # An exit status means the connection is up and the follower itself ended (killed, or its

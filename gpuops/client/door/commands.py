@@ -4,7 +4,7 @@ that tool is (a dry run renders them too)."""
 from __future__ import annotations
 
 from gpuops.command import Cmd, Script, bash
-from gpuops.client.agent.bundle import python_tool, shell_tool
+from gpuops.client.door.bundle import python_tool, shell_tool
 from gpuops.agent.wire.smi import sample_argv
 
 

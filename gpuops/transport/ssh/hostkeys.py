@@ -11,9 +11,9 @@ import re
 import threading
 from typing import Any
 
-from gpuops.transport._paramiko import paramiko
+from gpuops.transport.ssh._paramiko import paramiko
 
-from gpuops.transport.sshplan import known_hosts_name, read_known_hosts as _read_known_hosts
+from gpuops.transport.ssh.plan import known_hosts_name, read_known_hosts as _read_known_hosts
 from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey, os_reason
 
 _append_lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""An SSH host where there is no `ssh` binary: one paramiko connection per host (its jump chain in sshchain.py), commands on raw channels, retries."""
+"""An SSH host where there is no `ssh` binary: one paramiko connection per host (its jump chain in chain.py), commands on raw channels, retries."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import threading
 import time
 from typing import Any, Mapping
 
-from gpuops.transport._paramiko import paramiko
+from gpuops.transport.ssh._paramiko import paramiko
 
 from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
 from gpuops.transport.base import Result
-from gpuops.transport.connecting import Connecting, ConnectionLost
-from gpuops.transport.sshchain import _Connection
-from gpuops.transport.sshplan import where as _where
+from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
+from gpuops.transport.ssh.chain import _Connection
+from gpuops.transport.ssh.plan import where as _where
 
 # paramiko logs its transport thread's exceptions (a banner timeout, a reset) with their tracebacks;
 # with logging unconfigured Python prints them on stderr. gpuops reports those failures itself.

@@ -1,6 +1,6 @@
-"""The chain of SSH hops to a host, planned as ssh resolves it before anything connects (sshresolve: `ssh -G`;
+"""The chain of SSH hops to a host, planned as ssh resolves it before anything connects (resolve.py: `ssh -G`;
 the inventory's `jump`, else ProxyJump, else a ProxyCommand). No paramiko here: `validate` and the dry run
-show the chain without importing it; sshchain.py connects it."""
+show the chain without importing it; chain.py connects it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from gpuops.config.model import Host
 from gpuops.errors import SshFileError, UsageError, os_reason
-from gpuops.transport.sshresolve import Resolved, explicit_args, resolve
+from gpuops.transport.ssh.resolve import Resolved, explicit_args, resolve
 
 
 def where(host: Host) -> str:

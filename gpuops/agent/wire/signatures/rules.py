@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..wire.builtin_rules import BUILTIN, FX_ADVICE, advice  # the list; FX_ADVICE and advice re-exported
+from ..builtin_rules import BUILTIN, FX_ADVICE, advice  # the list; FX_ADVICE and advice re-exported
 from .literals import _required_literals
 
 __all__ = ["ABORT", "WARN", "METRIC", "FX_ADVICE", "Hit", "Measure", "Rule", "advice", "builtin_rules", "metric_rule",

@@ -11,7 +11,7 @@ from typing import Any
 from gpuops.config.model import Host
 from gpuops.errors import ConnectError, GpuopsError
 from gpuops.transport.base import HostSide
-from gpuops.transport.head_start import Early
+from gpuops.transport.ssh.head_start import Early
 
 
 #: Each retried connect failure is said here (the CLI shows it on stderr): 30 s of silence reads as a hang.

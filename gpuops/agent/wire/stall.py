@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from ..wire.watchfile import STALL_AUTO
+from .watchfile import STALL_AUTO
 
 __all__ = ["AUTO_DEFAULTS", "MIN_GAPS", "StallClock"]
 

@@ -1,4 +1,4 @@
-"""The chain of SSH connections to a host, connected hop by hop (planned in sshplan.py: each hop as ssh
+"""The chain of SSH connections to a host, connected hop by hop (planned in plan.py: each hop as ssh
 resolves it), each hop's key and known_hosts files read before anything connects, each hop over a channel
 of the one before (the first over the ProxyCommand's pipe when there is one)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from gpuops.transport._paramiko import paramiko
+from gpuops.transport.ssh._paramiko import paramiko
 
 from gpuops.config.model import Host
 from gpuops.errors import AuthError, ConnectError, LockedKey
-from gpuops.transport.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
-from gpuops.transport.lowlatency import transport_factory
-from gpuops.transport.sshplan import Hop, identity_file_path, plan_chain, where
+from gpuops.transport.ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
+from gpuops.transport.ssh.lowlatency import transport_factory
+from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where
 
 
 class _Connection:

@@ -18,11 +18,11 @@ from gpuops.command import Cmd
 from gpuops.config.model import Host
 from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
 from gpuops.transport.base import Result
-from gpuops.transport.connecting import Connecting, ConnectionLost
+from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.local import ProcStream
-from gpuops.transport.sshargv import SshPlan, master_alive, plan
-from gpuops.transport.sshfail import SshFailed, classify
-from gpuops.transport.sshplan import where
+from gpuops.transport.ssh.argv import SshPlan, master_alive, plan
+from gpuops.transport.ssh.fail import SshFailed, classify
+from gpuops.transport.ssh.plan import where
 
 _HINTS = {
     "refused": "check the address and port in the inventory, and that sshd is running (GPUOPS_CONNECT_RETRY_TIME "

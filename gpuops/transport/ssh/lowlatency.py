@@ -52,7 +52,7 @@ class LowLatencySocket:
 def transport_factory(sock: Any, **kwargs: Any) -> Any:
     """For paramiko's SSHClient.connect(transport_factory=): a Transport over a tuned socket.
     A jump host's channel (not a socket) is passed through: the jump's own socket is tuned."""
-    from gpuops.transport._paramiko import paramiko
+    from gpuops.transport.ssh._paramiko import paramiko
 
     tcp = isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6)
     if tcp and sock.type == socket.SOCK_STREAM:

@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.smi import SmiError, parse_sample
-from gpuops.client.agent import commands
-from gpuops.client.agent.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
-from gpuops.client.agent.channels import FollowChannel, LockChannel, WarmupChannel
-from gpuops.client.agent.replies import AbortResult, GpuMemory, Probe, read_abort, read_probe, read_report, read_runs
+from gpuops.client.door import commands
+from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
+from gpuops.client.door.channels import FollowChannel, LockChannel, WarmupChannel
+from gpuops.client.door.replies import MemoryReading, read_report, read_runs
 from gpuops.client.runs import dumps
 from gpuops.command import Cmd
 from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
@@ -26,8 +26,8 @@ from gpuops.transport.base import Result, Transport
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
 
 
-class Agent:
-    """gpuops' agent on one target, reached through `transport`; `label` names the target in messages
+class Door:
+    """The door to gpuops' agent on one target, reached through `transport`; `label` names the target in messages
     and `mask` hides the playbook's secrets in them."""
 
     def __init__(self, transport: Transport, *, label: str | None = None,
@@ -87,14 +87,14 @@ class Agent:
                               f"{self._said(result.err.strip())[-400:]}")
 
     # -- the tools ----------------------------------------------------------------------------------------
-    def probe(self, sessions: tuple[str, ...] | None = None) -> Probe:
+    def probe(self, sessions: tuple[str, ...] | None = None) -> p.ProbeReply:
         """Clock, GPUs, tools and the sessions' runs (probe.sh); ContainerNotRunning for a container that is down."""
         result = self._run(commands.probe(sessions))
         if result.exit_code != 0 and self.transport.container is not None:
             self.transport.container.raise_for_container(result.err)
-        return read_probe(result.out)
+        return p.parse_probe(result.out)
 
-    def probe_with_state(self, sessions: tuple[str, ...] | None) -> tuple[Probe | None, str | None]:
+    def probe_with_state(self, sessions: tuple[str, ...] | None) -> tuple[p.ProbeReply | None, str | None]:
         """The probe with GPU samples, and a container's state in the same round trip (None on a host);
         where gpuops' files are missing, copied and run again in one more. No probe when the container is down."""
         cmd = commands.probe(sessions, samples=True, python=False)
@@ -108,7 +108,7 @@ class Agent:
         if needs_lib(result):
             result, state = run(with_install(cmd), timeout=max(self.timeout, 60.0), stdin=bundle().zip)
             check_installed(result, label=self.label, after=True)
-        return (read_probe(result.out) if state in (None, "running") else None), state
+        return (p.parse_probe(result.out) if state in (None, "running") else None), state
 
     def lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> LockChannel:
         """The launch lock of the session and its GPUs (lock.sh), held open: wait_locked() reads its verdict."""
@@ -148,11 +148,11 @@ class Agent:
                               f"{self._said(result.err.strip())[-400:]}")
         return said
 
-    def abort(self, run_id: str, by: str, record: dict[str, Any], *, timeout: float) -> AbortResult:
+    def abort(self, run_id: str, by: str, record: dict[str, Any], *, timeout: float) -> p.AbortReply:
         """The one abort sequence, repeated through reconnects until it reports the end: who won the claim,
         what was left."""
         result = self._persistently(commands.abort(run_id, by), timeout=timeout, stdin=json.dumps(record).encode())
-        return read_abort(result.out, {**record, "by": by})
+        return p.parse_abort(result.out, {**record, "by": by})
 
     def kill_marked(self, run_id: str, *, persistent: bool = True, budget: float = ABORT_PERSISTENCE) -> list[int]:
         """Kill every process of the run that is left; the pids that survived SIGKILL. `persistent` keeps
@@ -166,17 +166,17 @@ class Agent:
         """One GPU's warmup (warmup.sh), running."""
         return WarmupChannel(self._open(commands.warmup(run_id, gpu, command)))
 
-    def gpu_memory(self, gpu: int) -> GpuMemory:
+    def gpu_memory(self, gpu: int) -> MemoryReading:
         """A GPU's memory used, as nvidia-smi reads it now."""
         result = self._run(commands.gpu_memory((gpu,)))
         if result.exit_code != 0:
             if "not found" in result.err or result.exit_code == 127:
-                return GpuMemory(absent=True)  # no nvidia-smi on this target (the local demo)
-            return GpuMemory(error=result.err.strip())
+                return MemoryReading(absent=True)  # no nvidia-smi on this target (the local demo)
+            return MemoryReading(error=result.err.strip())
         try:
-            return GpuMemory(parse_sample(result.out).get(gpu, (None, None))[0])
+            return MemoryReading(parse_sample(result.out).get(gpu, (None, None))[0])
         except SmiError as exc:
-            return GpuMemory(error=str(exc))
+            return MemoryReading(error=str(exc))
 
     def follow(self, run_id: str, session: str, offset: int, inode: int, tail: int, once: bool,
                events_offset: int) -> FollowChannel:

@@ -1,4 +1,6 @@
-"""The fatal-signature library and its matcher: standard library only, pure (bytes in, hits out).
+"""The fatal-signature library and its matcher: standard library only, pure (bytes in, hits out). In the wire
+because both sides run it: the watchdog beside the run, and a client viewing it (its shadow matcher, the
+playbook's rules checked at load, the hyperscan prefilter in client/accel.py).
 
 The matcher (and its regex budget) is imported when first named: the client's config loading
 reads only the rules' texts (through watchfile and detectors), and every gpuops command paid

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from gpuops.errors import SshFileError, UsageError, os_reason
-from gpuops.transport.head_start import Early
+from gpuops.transport.ssh.head_start import Early
 
 if TYPE_CHECKING:
     from gpuops.config.model import Host
@@ -290,7 +290,7 @@ def _local_user() -> str:
 
 def _paramiko(dest: str, args: tuple[str, ...]) -> Resolved:
     """Where there is no ssh: the command-line options first, then paramiko's reading of ~/.ssh/config."""
-    from gpuops.transport._paramiko import paramiko
+    from gpuops.transport.ssh._paramiko import paramiko
 
     given = _given(args)
     path = given.pop("configfile", [user_config()])[0]

@@ -1,21 +1,27 @@
-"""The one target selector of every command: -t names and groups, --all, else the playbook's target, else the
-inventory's only target."""
+"""The one target selection policy of every command: -t names and groups, --all, else the playbook's target
+(or its launch.nodes), else the inventory's only target; and a Play per target chosen, each with its own
+transport. The CLI passes the paths and names it was given; what they select is decided here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuops.client.play import Play
+    from gpuops.config.model import Inventory, Target
+    from gpuops.config.playbook_model import Playbook
 
 
 @dataclass
 class Selection:
     """What a command acts on: the inventory, the playbook (if one was given) and the targets asked for."""
 
-    inventory: Any
-    playbook: Any
-    targets: list[Any]
+    inventory: Inventory
+    playbook: Playbook | None
+    targets: list[Target]
 
 
 def require(path: str | None, what: str, env: str) -> str:
@@ -34,6 +40,7 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     from gpuops.config.inventory import resolve_targets, usable
 
     inv = load_inventory(require(inventory, "inventory", "GPUOPS_INVENTORY"))
+    pb: Playbook | None
     if run:
         pb = load_playbook(require(playbook, "playbook", "GPUOPS_PLAYBOOK"), need_env=need_env)
     else:
@@ -44,7 +51,7 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
         chosen = resolve_targets(inv, names)  # a group name selects its targets
     elif pb is not None and pb.launch.nodes:
         chosen = node_targets(inv, pb)  # one torchrun job: every node (docs/torchrun.md)
-    elif run and not pb.target and len(inv.targets) == 1 and not inv.broken:
+    elif run and pb is not None and not pb.target and len(inv.targets) == 1 and not inv.broken:
         chosen = list(inv.targets.values())  # the inventory's only target: no -t needed
     elif run or (pb is not None and pb.target):
         chosen = [resolve_target(inv, pb, None)]
@@ -57,7 +64,7 @@ def select_targets(inventory: str | None, playbook: str | None, names: tuple[str
     return Selection(inv, pb, chosen)
 
 
-def node_targets(inv: Any, pb: Any) -> list[Any]:
+def node_targets(inv: Inventory, pb: Playbook) -> list[Target]:
     """The targets of launch.nodes, node 0 first; one the inventory lacks is an error at its line (exit 2)."""
     from gpuops.config import schema as s
     from gpuops.errors import ConfigError
@@ -72,13 +79,14 @@ def node_targets(inv: Any, pb: Any) -> list[Any]:
     return usable(inv, pb.launch.nodes)
 
 
-def load_jobs(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
-              dry: bool = False, need_env: bool = True) -> list[Any]:
-    """A Job per target asked for, each with a transport of its own, so that one target's dead link or
+def load_plays(inventory: str | None, playbook: str | None, names: tuple[str, ...], every: bool = False, *,
+               dry: bool = False, need_env: bool = True) -> list[Play]:
+    """A Play per target asked for, each with a transport of its own, so that one target's dead link or
     reconnect never touches another's."""
-    from gpuops.client.job import Job
+    from gpuops.client.play import Play
     from gpuops.transport import Pool, dry_transport
 
     sel = select_targets(inventory, playbook, names, every, run=True, need_env=need_env)
-    inv = sel.inventory
-    return [Job(inv, sel.playbook, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in sel.targets]
+    inv, pb = sel.inventory, sel.playbook
+    assert pb is not None  # run=True: the playbook is required
+    return [Play(inv, pb, t, dry_transport(inv, t) if dry else Pool(inv).target(t)) for t in sel.targets]

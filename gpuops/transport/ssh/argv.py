@@ -2,7 +2,7 @@
 reads them, gpuops' host-key policy on top (StrictHostKeyChecking, UserKnownHostsFile quoted as ssh reads it),
 an inventory jump chain as nested `ssh -W` ProxyCommands (each hop with its own known_hosts), and the
 ControlMaster the commands share: the user's where their config has one and checks host keys as strictly as
-the inventory, else gpuops' own, its socket in a private folder no other user can swap (sshdirs.py), named by a
+the inventory, else gpuops' own, its socket in a private folder no other user can swap (dirs.py), named by a
 hash of the connection so it fits the 104-byte socket limit; where there is no such folder, no master at all."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Mapping
 from gpuops.config.model import Host
 from gpuops.errors import os_reason
 from gpuops.localfiles import unswappable
-from gpuops.transport.sshdirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
-from gpuops.transport.sshfail import HopView
-from gpuops.transport.sshplan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
-from gpuops.transport.sshresolve import Resolved, config_flag, config_word, explicit_args, resolve
+from gpuops.transport.ssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
+from gpuops.transport.ssh.fail import HopView
+from gpuops.transport.ssh.plan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
+from gpuops.transport.ssh.resolve import Resolved, config_flag, config_word, explicit_args, resolve
 
 CONTROL_PERSIST = 60  # seconds a master of gpuops' own stays up after its last command (Ansible's default too)
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 
 from gpuops.agent.wire import protocol as p
-from gpuops.client.agent.replies import FollowReader, Frame, Locked, read_probe
 from gpuops.errors import RemoteError, TargetNotReady
 from gpuops.transport.base import Stream, Transport
 
@@ -21,11 +20,10 @@ class LockChannel:
         self._transport = transport
         self._label = label
 
-    def wait_locked(self, timeout: float) -> Locked:
-        """lock.sh's verdict, once it holds the locks or refused; raise when it could not take them at all."""
-        text = self._read_until_locked(timeout)
-        said = p.parse_lock(text)
-        return Locked(said, None if said.refused else read_probe(text))
+    def wait_locked(self, timeout: float) -> p.LockReply:
+        """lock.sh's verdict (with the probe taken under the locks), once it holds them or refused; raise when it
+        could not take them at all."""
+        return p.parse_lock(self._read_until_locked(timeout))
 
     def _read_until_locked(self, timeout: float) -> str:
         assert self._stream is not None
@@ -124,16 +122,16 @@ class FollowChannel:
 
     def __init__(self, stream: Stream) -> None:
         self._stream = stream
-        self._reader = FollowReader()
+        self._reader = p.FrameReader()
 
-    def read(self, timeout: float) -> list[Frame] | Closed | None:
+    def read(self, timeout: float) -> list[p.Frame] | Closed | None:
         """The frames that came within timeout; None: nothing came; Closed: the stream ended."""
         chunk = self._stream.read(timeout)
         if chunk is None:
             return None
         if chunk == b"":
             return Closed(self._stream.wait(2.0), self._reader.noise)
-        return list(self._reader.feed(chunk))
+        return self._reader.feed(chunk)
 
     def close(self) -> None:
         self._stream.close()

@@ -1,4 +1,5 @@
-"""A job: one playbook on one target, with the door to its agent."""
+"""A play: one playbook on one target, with the door to its agent (a torchrun job over several targets is one
+play per node, client/nodes.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from typing import Any
 from gpuops.config.model import Inventory, Target
 from gpuops.config.playbook_model import Playbook
 from gpuops.agent.wire.masking import Masker
-from gpuops.client.agent import Agent
+from gpuops.client.door import Door
 from gpuops.transport.base import Transport
 
 
 @dataclass
-class Job:
+class Play:
     inventory: Inventory
     playbook: Playbook
     target: Target
@@ -47,9 +48,9 @@ class Job:
         return tuple(gpus)
 
     @cached_property
-    def agent(self) -> Agent:
+    def door(self) -> Door:
         """The door to this target's agent: every tool a launch, a stop or a follow runs goes through it."""
-        return Agent(self.transport, label=self.target.name, mask=self.mask)
+        return Door(self.transport, label=self.target.name, mask=self.mask)
 
     @property
     def masker(self) -> Masker:
