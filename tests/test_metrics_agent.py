@@ -1,4 +1,4 @@
-"""The agent's side of the metrics, in-process on made-up run directories: what a run's records say (collect.py),
+"""The agent's side of the metrics, in-process on made-up run directories: what a run's records say (reading.py),
 the textfile written whole (outlets.py), a failing or slow place said once and never waited for, and the sweep."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import wait_until
-from gpuops.agent.metrics.collect import Collector
+from gpuops.agent.metrics.reading import Reader
 from gpuops.agent.metrics.outlets import STALE_AFTER, Outlet, group_url, sweep, textfile_name, write_textfile
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import watchfile
@@ -55,7 +55,7 @@ def events(d: Path, *records: dict, partial: str = "") -> None:
 
 def test_a_live_run_as_its_records_say(tmp_path: Path) -> None:
     d = run_dir(tmp_path)
-    snap = Collector(str(d), cfg()).snapshot(time.time(), beat(), live=True)
+    snap = Reader(str(d), cfg()).snapshot(time.time(), beat(), live=True)
     assert (snap.run, snap.target, snap.playbook, snap.session, snap.state) == (RUN, "ct200", "pb", "train", "running")
     assert (snap.attempt, snap.max_attempts, snap.exit_code, snap.ended) == (1, 3, None, False)
     assert (snap.throughput, snap.throughput_baseline, snap.throughput_min_ratio) == (505695, 500000.0, 0.4)
@@ -81,21 +81,21 @@ def test_aborts_restarts_and_matches_by_rule_over_every_attempt_and_no_text_in_a
            {"event": "notify_failed", "what": "restarted", "channel": 2, "via": "command"},
            {"event": "notify_failed", "what": "aborted", "channel": None, "reason": "cannot queue"},
            partial='{"event": "match", "rule": "loss-nan", "act')  # a line being written: read at the next look
-    collector = Collector(str(d), cfg())
-    snap = collector.snapshot(time.time(), beat(attempt=3), live=True)
+    reader = Reader(str(d), cfg())
+    snap = reader.snapshot(time.time(), beat(attempt=3), live=True)
     assert snap.state == "aborting"
     assert snap.aborts == {"stall": 1, "loss-nan": 1, "other": 1}
     assert snap.restarts == {"stall": 1, "loss-nan": 1}
     assert snap.matches == [("loss-nan", "abort", 1), ("other", "warn", 1)]
     assert snap.notifications == [("aborted", "webhook", 1, 0), ("restarted", "command", 0, 1)]
     events(d, partial='ion": "abort"}\n')
-    assert collector.snapshot(time.time(), beat(attempt=3), live=True).matches[0] == ("loss-nan", "abort", 2)
+    assert reader.snapshot(time.time(), beat(attempt=3), live=True).matches[0] == ("loss-nan", "abort", 2)
 
 
 def test_an_ended_run_has_its_exit_code_and_keeps_its_gpus_uuids_not_their_samples(tmp_path: Path) -> None:
     d = run_dir(tmp_path)
     (d / p.EXIT_CODE).write_text("0\n")
-    snap = Collector(str(d), cfg()).snapshot(time.time(), beat(state="done"), live=False)
+    snap = Reader(str(d), cfg()).snapshot(time.time(), beat(state="done"), live=False)
     assert (snap.state, snap.exit_code, snap.command_exit_code, snap.ended) == ("succeeded", 0, 0, True)
     assert snap.ended_at and abs(snap.ended_at - time.time()) < 60
     assert [(g.uuid, g.memory_used_mib, g.utilization_pct) for g in snap.gpus] == [("GPU-aaa", None, None),
@@ -107,7 +107,7 @@ def test_gpu_health_counters_in_the_heartbeat_reach_the_gpus_reading(tmp_path: P
     d = run_dir(tmp_path)
     b = beat()
     b["telemetry"]["health"] = {"5": {"ecc_uncorrected": 2, "note": "text is no counter"}}
-    gpus = {g.gpu: g for g in Collector(str(d), cfg()).snapshot(time.time(), b, live=True).gpus}
+    gpus = {g.gpu: g for g in Reader(str(d), cfg()).snapshot(time.time(), b, live=True).gpus}
     assert (gpus[5].health, gpus[6].health) == ({"ecc_uncorrected": 2}, {})
 
 
@@ -115,7 +115,7 @@ def test_a_restart_waiting_and_a_node_of_a_torchrun_job(tmp_path: Path) -> None:
     d = run_dir(tmp_path)
     (d / p.ATTEMPT).write_text(json.dumps({"attempt": 2, "state": p.ATTEMPT_WAITING}))
     job = {"id": RUN, "node_rank": 1, "nodes": ["ct200", "ct201"], "endpoint": "a:1", "node_name": "ct201", "key": "k"}
-    snap = Collector(str(d), cfg(job=job)).snapshot(time.time(), {"state": "restarting", "attempt": 2}, live=True)
+    snap = Reader(str(d), cfg(job=job)).snapshot(time.time(), {"state": "restarting", "attempt": 2}, live=True)
     assert (snap.state, snap.attempt, snap.node, snap.node_rank) == ("restarting", 2, "ct201", 1)
     assert textfile_name(RUN, 1) == f"gpuops-{RUN}-node1.prom" and textfile_name(RUN, None) == f"gpuops-{RUN}.prom"
     assert group_url("http://pg:9091/", RUN, "ct201") == f"http://pg:9091/metrics/job/gpuops/run/{RUN}/node@base64/Y3QyMDE"

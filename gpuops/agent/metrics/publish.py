@@ -19,7 +19,7 @@ from .. import LIB
 from ..wire import protocol as p
 from ..wire.metric_table import RunSnapshot, render
 from ..wire.watchfile import WatchConfig
-from .collect import Collector
+from .reading import Reader
 from .outlets import Outlet, group_url, push, sweep, textfile_name, write_textfile
 
 #: The Pushgateway hears from a live run at least this often (seconds), changed or not.
@@ -37,9 +37,9 @@ class Publisher:
 
     def __init__(self, d: str, cfg: WatchConfig, mask: Callable[[str], str]) -> None:
         self.d, self.cfg = d, cfg
-        self.collector = Collector(d, cfg)
+        self.reader = Reader(d, cfg)
         job = cfg.job
-        run_id = str(self.collector.meta.get("id") or cfg.run or os.path.basename(d))
+        run_id = str(self.reader.meta.get("id") or cfg.run or os.path.basename(d))
         self.textfile: Optional[Outlet] = None
         self.pushgateway: Optional[Outlet] = None
         m = cfg.metrics
@@ -67,7 +67,7 @@ class Publisher:
 
     def publish(self, now: float, beat: Optional[Dict[str, Any]], live: bool = True) -> List[str]:
         """Render the run now and offer it; the failures to say (once per spell)."""
-        snap = self.collector.snapshot(now, beat, live)
+        snap = self.reader.snapshot(now, beat, live)
         text = render([snap])
         if self.textfile is not None:
             self.textfile.offer(text)

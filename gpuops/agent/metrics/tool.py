@@ -2,7 +2,7 @@
 within its `watch.metrics.keep_ended` (600 s by default), as one JSON line each (RunSnapshot.plain), newest first:
 what `gpuops metrics` renders (agent/wire/metric_table.py) or prints with --json.
 
-Read now, from the records (collect.py), with the heartbeat's age at this moment. A run counts as going on while
+Read now, from the records (reading.py), with the heartbeat's age at this moment. A run counts as going on while
 its watchdog beats (or, its watchdog gone, while its tmux session lives), or while its launch holds the launch
 lock (preflight, warmup). Nothing is written.
 """
@@ -20,7 +20,7 @@ from ..system import tmux
 from ..wire import protocol as p
 from ..wire import watchfile
 from ..wire.records import read_json
-from .collect import Collector
+from .reading import Reader
 
 #: events.jsonl read at most this much per run (a scrape must not read a run's whole history for ever).
 READ_LIMIT = 1 << 26
@@ -89,12 +89,12 @@ def snapshots(now: float, playbook: Optional[str] = None, home: Optional[str] = 
         cfg = watchfile.read_or_default(d)
         beat = read_json(os.path.join(d, p.WATCHDOG)) or {}
         going = live(name, meta, beat, now, home)
-        collector = Collector(d, cfg)
+        reader = Reader(d, cfg)
         if not going:
-            _, _, ended = collector.state(beat, False)
+            _, _, ended = reader.state(beat, False)
             if ended is None or now - ended > cfg.metrics.keep_ended:
                 continue
-        snap = collector.snapshot(now, beat, going, at_scrape=True, read_limit=READ_LIMIT)
+        snap = reader.snapshot(now, beat, going, at_scrape=True, read_limit=READ_LIMIT)
         out.append({"schema_version": p.SCHEMA_VERSION, **snap.plain()})
     return out
 

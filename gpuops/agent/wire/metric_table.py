@@ -144,7 +144,7 @@ RUN_FAMILIES: Tuple[Family, ...] = (
 
 @dataclass
 class RunSnapshot:
-    """What one run (one node of a torchrun job) shows now: read off its records by agent/metrics/collect.py."""
+    """What one run (one node of a torchrun job) shows now: read off its records by agent/metrics/reading.py."""
 
     run: str
     target: str = ""

@@ -89,7 +89,7 @@ class EventTally:
             counts[0 if kind == "notify_sent" else 1] += 1
 
 
-class Collector:
+class Reader:
     """One run's snapshots: `snapshot(now, beat, live)` each time the run is looked at."""
 
     def __init__(self, d: str, cfg: WatchConfig) -> None:
