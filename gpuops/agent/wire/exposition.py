@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 __all__ = ["CONTENT_TYPE", "LABEL_MAX", "Exposition", "Family", "escape_help", "escape_label", "label_value",
            "number"]
@@ -26,7 +26,8 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 KINDS = ("gauge", "counter")
 
-Labels = Tuple[Tuple[str, str], ...]
+#: Label names checked once.
+_NAMES_OK: Set[str] = set()
 
 
 class Family:
@@ -94,12 +95,28 @@ def number(value: object) -> Optional[str]:
     return repr(value)
 
 
+#: Label values as exposed and escaped, by the value given: a watchdog renders the same names every sample interval.
+_SEEN: Dict[str, Tuple[str, str]] = {}
+_SEEN_MAX = 4096
+
+
+def _label(value: str) -> Tuple[str, str]:
+    """(the value as exposed, escaped), remembered."""
+    known = _SEEN.get(value)
+    if known is None:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        shown = label_value(value)
+        known = _SEEN[value] = (shown, escape_label(shown))
+    return known
+
+
 class Exposition:
     """Samples gathered family by family (from any number of runs), rendered as one exposition."""
 
     def __init__(self) -> None:
         self._families: Dict[str, Family] = {}
-        self._samples: Dict[str, Dict[Labels, str]] = {}
+        self._samples: Dict[str, Dict[Tuple[Tuple[str, str], ...], str]] = {}
 
     def add(self, family: Family, labels: Mapping[str, object], value: object) -> None:
         """One sample of `family`; a value that is no number (None) adds nothing; a series given again keeps its
@@ -110,10 +127,13 @@ class Exposition:
         known = self._families.setdefault(family.name, family)
         if known is not family and (known.kind != family.kind or known.help != family.help):
             raise ValueError("two families named %s" % family.name)
-        key = tuple((name, label_value(v)) for name, v in labels.items() if v is not None and v != "")
+        key = tuple((name, _label(v if isinstance(v, str) else str(v))[1]) for name, v in labels.items()
+                    if v is not None and v != "")
         for name, _ in key:
-            if not _LABEL_NAME.match(name) or name.startswith("__"):
-                raise ValueError("not a label name: %r" % (name,))
+            if name not in _NAMES_OK:
+                if not _LABEL_NAME.match(name) or name.startswith("__"):
+                    raise ValueError("not a label name: %r" % (name,))
+                _NAMES_OK.add(name)
         self._samples.setdefault(family.name, {}).setdefault(key, text)
 
     def __bool__(self) -> bool:
@@ -127,7 +147,7 @@ class Exposition:
             out.append("# HELP %s %s\n# TYPE %s %s\n" % (name, escape_help(family.help), name, family.kind))
             for key, value in samples.items():
                 if key:
-                    body = ",".join('%s="%s"' % (k, escape_label(v)) for k, v in key)
+                    body = ",".join('%s="%s"' % kv for kv in key)
                     out.append("%s{%s} %s\n" % (name, body, value))
                 else:
                     out.append("%s %s\n" % (name, value))
