@@ -166,7 +166,7 @@ def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
     """status's `state`, runs' `outcome` and profile.json's `outcome` come from one enum, and print,
     compare and serialise as the same words as before."""
     words = {"warming", "running", "aborting", "exited", "succeeded", "failed", "aborted", "stalled", "timeout",
-             "stopped", "lost", "failed-before-start", "not-started", "interrupted",
+             "stopped", "lost", "not-started", "interrupted",
              "restarting"}  # restarting: an attempt ended and the watchdog starts the next (playbook restart:)
     assert {s.value for s in p.RunState} == words
     for state in p.RunState:
