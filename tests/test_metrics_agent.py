@@ -200,3 +200,23 @@ def test_the_metrics_tool_lists_live_runs_and_those_ended_within_keep_ended(tmp_
         ("20261206-000002-bbbbbb", "failed", 6), ("20261206-000001-aaaaaa", "running", None)]
     assert got[1]["heartbeat_age_seconds"] is not None and got[1]["schema_version"] == p.SCHEMA_VERSION
     assert [s["run"] for s in snapshots(now, "other-playbook", home=str(tmp_path))] == []
+
+
+def test_a_launch_in_warmup_is_warming_while_it_holds_the_launch_lock_and_not_started_once_its_launcher_is_gone(
+        tmp_path: Path) -> None:
+    import fcntl
+
+    from gpuops.agent.metrics.tool import snapshots
+
+    state = tmp_path / ".gpuops"
+    d = state / "runs" / RUN
+    d.mkdir(parents=True)
+    (d / p.META).write_text(json.dumps({"id": RUN, "playbook": "pb", "target": "ct200", "session": "train",
+                                        "phase": "warmup"}))
+    (state / p.SESSIONS).mkdir()
+    (state / p.SESSIONS / "train").write_text(RUN + "\n")
+    (state / p.LOCKS).mkdir()
+    with open(state / p.LOCKS / "train.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the launcher, warming up
+        assert [(s["state"], s["exit_code"]) for s in snapshots(time.time(), home=str(tmp_path))] == [("warming", None)]
+    assert [(s["state"], s["exit_code"]) for s in snapshots(time.time(), home=str(tmp_path))] == [("not-started", None)]

@@ -140,6 +140,8 @@ class Reader:
         if phase in p.NOT_STARTED_EXIT:
             state = p.RunState.INTERRUPTED if phase == p.PHASE_INTERRUPTED else p.RunState.NOT_STARTED
             return state.value, p.NOT_STARTED_EXIT[phase], _mtime(os.path.join(self.d, p.META))
+        if phase in p.WARMING_PHASES and not beat:  # its launch is gone before training started (status says so too)
+            return p.RunState.NOT_STARTED.value, None, _mtime(os.path.join(self.d, p.META))
         name, code = outcome(read_text(os.path.join(self.d, p.EXIT_CODE)), abort, False)
         ends = [_mtime(os.path.join(self.d, n)) for n in (p.EXIT_CODE, p.ABORT_DONE, p.EXIT_CODE_REAPED, p.WATCHDOG)]
         return name.value, code, max((e for e in ends if e is not None), default=None)

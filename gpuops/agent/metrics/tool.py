@@ -26,10 +26,10 @@ from .reading import Reader
 READ_LIMIT = 1 << 26
 
 
-def _locked(session: str) -> bool:
+def _locked(session: str, home: Optional[str] = None) -> bool:
     """The launch lock of the session is held: its launch is in preflight or warmup (lock.sh)."""
     try:
-        fh = open(os.path.join(p.state_dir(), p.LOCKS, session + ".lock"), "r")
+        fh = open(os.path.join(p.state_dir(home), p.LOCKS, session + ".lock"), "r")
     except OSError:
         return False
     try:
@@ -62,7 +62,7 @@ def live(run: str, meta: Dict[str, Any], beat: Dict[str, Any], now: float, home:
     if not session or _current(session, home) != run:
         return False
     if meta.get("phase") in p.WARMING_PHASES and not beat:
-        return _locked(session)
+        return _locked(session, home)
     return tmux.alive(session)
 
 
