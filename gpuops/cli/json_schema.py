@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuops.agent.wire.channel_list import kinds as channel_kinds
 from gpuops.agent.wire.detector_list import DETECTORS, notes as detector_notes, rules as detector_rules
 from gpuops.agent.wire.protocol import NOTIFY_TEST, NOTIFY_WHATS, SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
@@ -56,7 +57,7 @@ COMMON: dict[str, Schema] = {
 WHO = {"enum": ["watchdog", "client", "stop", "timeout", "pane"]}
 REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt", "job"]}  # job: another node of a torchrun job ended it
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
-NOTIFY_VIA = {"enum": ["webhook", "command"]}
+NOTIFY_VIA = {"enum": list(channel_kinds())}  # a channel's kind (wire/channel_list.py)
 
 #: Nested shapes shared by several events.
 SHAPES: dict[str, Schema] = {

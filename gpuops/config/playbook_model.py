@@ -1,6 +1,7 @@
 """The playbook as validated values (preflight, warmup, launch, watch, restart, abort): what the rest of gpuops
 reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/wire/watchfile.py, spelled there once
-(the detectors': gpuops/agent/wire/detector_list.py)."""
+(the detectors': gpuops/agent/wire/detector_list.py). A `notify:` channel is the wire's Channel (its kind named,
+its settings typed: gpuops/agent/wire/channel_list.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuops.agent.wire import watchfile as wf
+from gpuops.agent.wire.channel_list import Channel
 from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.errors import Mark
 
@@ -123,25 +125,6 @@ class Restart:
 
 
 @dataclass(frozen=True)
-class Channel:
-    """One `notify:` channel: a webhook (POST) or a command run on the target, for the events in `on`."""
-
-    on: tuple[str, ...]
-    webhook: str | None = None  # the URL (a secret one is in Playbook.secrets, shown as ***)
-    secret: bool = False  # the URL is a secret: never shown, logged or sent anywhere but to the hook
-    format: Literal["json", "slack"] = "json"
-    command: str | None = None
-    from_env: str | None = field(default=None, compare=False)  # the local variable the URL is read from
-
-    @property
-    def shown(self) -> str:
-        """What this channel is, as gpuops may show it."""
-        if self.command is not None:
-            return "command"
-        return "webhook " + ("***" if self.secret else str(self.webhook))
-
-
-@dataclass(frozen=True)
 class Abort:
     signal: str = wf.ABORT_SIGNAL  # a signal name without SIG
     grace: float = wf.ABORT_GRACE
@@ -169,7 +152,7 @@ class Playbook:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be shown."""
-        hooks = [c.webhook for c in self.notify if c.secret and c.webhook]
+        hooks = [value for c in self.notify for value in c.secrets()]
         if self.watch.metrics.secret and self.watch.metrics.pushgateway:
             hooks.append(self.watch.metrics.pushgateway)
         # A secret URL also without its scheme: an error text may quote it as host/path.

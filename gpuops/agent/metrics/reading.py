@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, Optional, Set, Tuple
 
-from ..wire import builtin_rules, detector_list
+from ..wire import builtin_rules, channel_list, detector_list
 from ..wire import protocol as p
 from ..wire.metric_table import GpuReading, RunSnapshot
 from ..wire.records import command_exit_code, outcome, read_json, read_text
@@ -25,7 +25,6 @@ from ..wire.watchfile import WatchConfig
 STOP_REASONS = ("stall", "stop", "timeout", "interrupt", p.JOB_ABORT)
 #: events.jsonl read at most this much per look (a watchdog's pass); the tool reads on to the end.
 READ_EVERY = 1 << 22
-NOTIFY_VIAS = ("webhook", "command")
 
 
 def known_rules(cfg: WatchConfig) -> Set[str]:
@@ -84,7 +83,7 @@ class EventTally:
             self.matches[(rule, action)] = self.matches.get((rule, action), 0) + 1
         elif kind in ("notify_sent", "notify_failed") and ev.get("channel") is not None:
             what = ev.get("what") if ev.get("what") in p.NOTIFY_WHATS + (p.NOTIFY_TEST,) else "other"
-            via = ev.get("via") if ev.get("via") in NOTIFY_VIAS else "other"
+            via = ev.get("via") if ev.get("via") in channel_list.kinds() else "other"
             counts = self.notified.setdefault((what, via), [0, 0])
             counts[0 if kind == "notify_sent" else 1] += 1
 

@@ -1,4 +1,6 @@
-"""One webhook try: an HTTP POST through urllib (the target's proxies apply), bounded in all, never redirected.
+"""The `webhook` channel kind: one try is an HTTP POST through urllib (the target's proxies apply), bounded in
+all, never redirected, of the payload (`format: json`) or of Slack's {"text": ...} (`format: slack`). Its entry
+is in gpuops/agent/wire/channel_list.py.
 
 What a try answers is built from gpuops' own words, an errno's text and what the hook said (its status and
 reason phrase, control characters escaped), never from an exception's text: urllib and http.client quote
@@ -8,6 +10,7 @@ the URL, or parts of it, in theirs. A URL's `user:password@` is sent as HTTP Bas
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import urllib.error
@@ -20,6 +23,7 @@ except ImportError:  # a Python built without it: http hooks only
     ssl = None  # type: ignore[assignment]
 
 from ..wire.hookurl import split_url
+from . import deliver
 from .said import clean
 
 #: A try ends this long after it began at most, whatever the hook does (a hook that answers one byte a
@@ -183,3 +187,24 @@ def _why(exc: Any) -> str:
     if isinstance(exc, str):  # URLError's reason may be a plain word ("unknown url type" quotes the URL: not shown)
         return "the request could not be made"
     return type(exc).__name__
+
+
+class Sender(deliver.Sender):
+    """One try: the POST, its HTTP status the answer (a 5xx, 408, 425, 429 or no answer: tried again)."""
+
+    def send(self, payload: Dict[str, Any], attempt: deliver.Try) -> Answer:
+        return post(str(self.settings.webhook or ""), body(self.settings.format, payload), attempt.mask,
+                    timeout=attempt.limit)
+
+
+def slack_text(text: str) -> str:
+    """A line for Slack: `&`, `<` and `>` escaped as Slack asks senders to, so a log line's `<!channel>` or
+    `<url|label>` is shown as written, never acted on."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def body(fmt: str, payload: Dict[str, Any]) -> bytes:
+    """What is POSTed: the payload, or Slack's {"text": ...} (an incoming webhook takes only that)."""
+    if fmt == "slack":
+        return json.dumps({"text": slack_text(str(payload["text"]))}).encode()
+    return json.dumps(payload, sort_keys=True).encode()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import protocol as p
+from .channel_list import Channel, by_kind
 from .detector_list import DETECTORS, DetectorSettings
 from .records import read_json
 from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
@@ -137,7 +138,7 @@ class WatchConfig:
     secrets: Tuple[str, ...] = ()
     restart: Optional[Restart] = None
     stacks: str = STACKS
-    notify: Tuple[Dict[str, Any], ...] = ()  # each channel as written (`on`, `webhook` or `command`, `format`, `secret`)
+    notify: Tuple[Channel, ...] = ()  # each channel typed, its kind named (wire/channel_list.py)
     job: Optional[Job] = None
     metrics: Metrics = Metrics()
 
@@ -162,7 +163,7 @@ def compose(cfg: WatchConfig) -> Dict[str, Any]:
             "max": r.max, "on": list(r.on), "compile_guard": r.compile_guard, "delay": r.delay, "warmup": r.warmup,
             "warmup_spec": None if w is None else {"gpus": list(w.gpus), "command": w.command, "timeout": w.timeout,
                                                    "drain_timeout": w.drain_timeout}},
-        "stacks": cfg.stacks, "notify": [dict(c) for c in cfg.notify],
+        "stacks": cfg.stacks, "notify": [channel_record(c) for c in cfg.notify],
         "metrics": {"textfile": cfg.metrics.textfile, "pushgateway": cfg.metrics.pushgateway,
                     "secret": cfg.metrics.secret, "keep_ended": cfg.metrics.keep_ended},
     }
@@ -230,7 +231,7 @@ def parse(raw: Dict[str, Any]) -> WatchConfig:
         secrets=_get(raw, "secrets", lambda v: tuple(str(x) for x in v or ()), ()),
         restart=_restart(raw.get("restart")),
         stacks=raw["stacks"] if raw.get("stacks") in STACKS_POLICIES else STACKS,
-        notify=tuple(c for c in raw.get("notify") or () if isinstance(c, dict)),
+        notify=_get(raw, "notify", lambda v: tuple(channel(c) for c in v or () if isinstance(c, dict)), ()),
         job=_job(raw.get("job")),
         metrics=_metrics(raw.get("metrics")),
     )
@@ -246,6 +247,26 @@ def detectors(raw: Dict[str, Any]) -> DetectorSettings:
             settings = spec.settings(**{k.name: section.get(k.name, k.default) for k in spec.keys})
         found.append((spec.key, settings))
     return DetectorSettings(tuple(found))
+
+
+def channel_record(c: Channel, shown: bool = False) -> Dict[str, Any]:
+    """A channel as watch.json (and notify-test's stdin) carries it: its kind, `on` and its kind's settings
+    (`shown`: each secret value as ***, as a dry run prints it)."""
+    spec = c.spec
+    settings = {} if spec is None or c.settings is None else spec.plain(c.settings, shown)
+    return {"kind": c.kind, "on": list(c.on), **settings}
+
+
+def channel(raw: Dict[str, Any]) -> Channel:
+    """A channel's record as a Channel, what it lacks from its kind's defaults. A record an older gpuops wrote
+    names no kind: it has the two kinds there were, told apart as that gpuops did (a command if set, else a
+    webhook). A kind this gpuops does not know keeps its place with no settings (its deliveries fail, saying so)."""
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or not kind:
+        kind = "command" if raw.get("command") else "webhook"
+    on = _get(raw, "on", lambda v: tuple(str(x) for x in v or ()), ())
+    spec = by_kind(kind)
+    return Channel(kind, on, None if spec is None else spec.read(raw))
 
 
 def _restart(section: Any) -> Optional[Restart]:
