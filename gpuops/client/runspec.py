@@ -119,6 +119,8 @@ def watch_config(play: Play, run_id: str) -> watchfile.WatchConfig:
         stacks=w.stacks,
         notify=tuple(play.playbook.notify),
         job=watchfile.Job(**play.node.watch()) if play.node is not None else None,
+        metrics=watchfile.Metrics(textfile=w.metrics.textfile, pushgateway=w.metrics.pushgateway,
+                                  secret=w.metrics.secret, keep_ended=w.metrics.keep_ended),
     )
 
 
@@ -152,6 +154,8 @@ def prepare_spec(play: Play, run_id: str, *, shown: bool = False) -> bytes:
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
         watch["notify"] = [watchfile.channel_record(c, shown=True) for c in play.playbook.notify]
+        if watch["metrics"]["secret"] and watch["metrics"]["pushgateway"]:
+            watch["metrics"] = {**watch["metrics"], "pushgateway": "***"}
         if watch.get("job"):
             watch["job"] = {**watch["job"], "key": "***"}
         command = play.mask(command)

@@ -84,6 +84,17 @@ class StallAuto:
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """watch.metrics (docs/metrics.md): where the watchdog puts the run's series for Prometheus."""
+
+    textfile: str | None = None  # node_exporter's textfile collector directory on the target
+    pushgateway: str | None = field(default=None, repr=False)  # the Pushgateway's URL (a secret one is in secrets)
+    secret: bool = False  # the URL is a secret: never shown or logged
+    from_env: str | None = field(default=None, compare=False)  # the local variable the URL is read from
+    keep_ended: float = wf.METRICS_KEEP_ENDED  # seconds an ended run's series stay
+
+
+@dataclass(frozen=True)
 class Watch:
     builtin: bool = True
     rules: tuple[RuleSpec, ...] = ()
@@ -97,6 +108,7 @@ class Watch:
         (spec.key, spec.defaults() if spec.default_on else None) for spec in DETECTORS)))
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
     stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal
+    metrics: Metrics = field(default_factory=Metrics)  # watch.metrics: textfile, pushgateway, keep_ended
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,8 @@ class Playbook:
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be shown."""
         hooks = [value for c in self.notify for value in c.secrets()]
+        if self.watch.metrics.secret and self.watch.metrics.pushgateway:
+            hooks.append(self.watch.metrics.pushgateway)
         # A secret URL also without its scheme: an error text may quote it as host/path.
         hooks += [h.split("://", 1)[1] for h in hooks if "://" in h]
         return tuple(v.value for v in self.env if v.secret and v.value) + tuple(hooks)

@@ -98,19 +98,21 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def post(url: str, data: bytes, mask: Callable[[str], str], timeout: float = TRY_LIMIT) -> Answer:
-    """One POST, over within `timeout` seconds whatever the hook does: {ok, status, reason, retry}."""
+def post(url: str, data: bytes | None, mask: Callable[[str], str], timeout: float = TRY_LIMIT, *,
+         method: str = "POST", content_type: str = "application/json") -> Answer:
+    """One POST (or the `method` given: the metrics' Pushgateway PUTs and DELETEs through the same door), over
+    within `timeout` seconds whatever the hook does: {ok, status, reason, retry}."""
     try:
         target, auth = split_url(url)
     except ValueError:
         return {"ok": False, "reason": "the webhook URL is not an http(s) URL gpuops can send to", "retry": False}
-    headers = {"Content-Type": "application/json", "User-Agent": "gpuops-notify"}
+    headers = {"Content-Type": content_type, "User-Agent": "gpuops-notify"}
     if auth:
         headers["Authorization"] = auth
     socks = _Sockets()
     seen: Dict[str, int] = {}
     box: List[Answer] = []
-    worker = threading.Thread(target=lambda: box.append(_try(target, data, headers, socks, seen, timeout)),
+    worker = threading.Thread(target=lambda: box.append(_try(target, data, headers, socks, seen, timeout, method)),
                               name="gpuops-webhook", daemon=True)
     worker.start()
     worker.join(timeout)
@@ -131,12 +133,12 @@ def _trickled(status: int, timeout: float) -> str:
     return "HTTP %d but the answer did not end within %gs (the hook trickled it)" % (status, timeout)
 
 
-def _try(url: str, data: bytes, headers: Dict[str, str], socks: _Sockets, seen: Dict[str, int],
-         timeout: float) -> Answer:
+def _try(url: str, data: bytes | None, headers: Dict[str, str], socks: _Sockets, seen: Dict[str, int],
+         timeout: float, method: str = "POST") -> Answer:
     """The request and its answer (the caller's clock ends it; each read's own timeout is a backstop)."""
     handlers = [_Http(socks), _NoRedirect()] + ([_Https(socks)] if ssl is not None else [])
     opener = urllib.request.build_opener(*handlers)
-    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with opener.open(req, timeout=timeout + 1.0) as resp:
             seen["status"] = int(resp.status)

@@ -16,14 +16,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from ..wire import protocol as p
 from ..run import restart as restarts
 from ..wire import watchfile
 from ..wire.watchfile import WatchConfig
 from ..run.abort import claim, reap, stop_run
-from .duties import DUTIES, Duty, Heartbeat, Pass, Stall
+from .duties import DUTIES, D, Duty, Heartbeat, Metrics, Pass, Stall
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
@@ -44,8 +44,6 @@ READ = 1 << 20
 MAX_REPORTS = 100
 #: Reported matches a restarted watchdog remembers (to report none twice); older ones are past its checkpoint.
 MAX_REMEMBERED = 10000
-
-D = TypeVar("D", bound=Duty)
 
 
 class Watchdog:
@@ -253,10 +251,12 @@ class Watchdog:
             self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
             restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
             self.pulse.beat()
+            self.duty(Metrics).now()
             return
         self.status = "done"
         self.events.write("done")
         self.duty(Heartbeat).beat(force=True)
+        self.duty(Metrics).end()
 
     def note_write_error(self, exc: OSError) -> None:
         """Said once per spell of failing writes (when it can be written): the watching goes on."""
@@ -293,8 +293,8 @@ class Watchdog:
                 ready = []
 
     def wait_for(self) -> float:
-        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
-        left = self.duty(Heartbeat).next_at - time.time()
+        """Seconds to sleep at most: until the next heartbeat (or metrics render); short while an abort is under way."""
+        left = min(self.duty(Heartbeat).next_at, self.duty(Metrics).wake_at()) - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
 

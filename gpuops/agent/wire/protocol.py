@@ -63,7 +63,7 @@ EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON objec
 #: are: a match, an abort, a restart ...). A kind a client knows neither way is data: an `unknown_event`.
 WATCHDOG_NOTES = ("watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
                   "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done", "attempt_started",
-                  "restart_cancelled", "restart_failed", "job_abort", "job_link")
+                  "restart_cancelled", "restart_failed", "job_abort", "job_link", "metrics_failed")
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"

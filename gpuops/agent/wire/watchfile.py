@@ -98,6 +98,24 @@ class Job:
     key: str = field(default="", repr=False)
 
 
+#: watch.metrics.keep_ended: seconds a run's series stay after it ended (its textfile, its Pushgateway group).
+METRICS_KEEP_ENDED = 600.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """watch.metrics (docs/metrics.md): where the watchdog puts the run's series; none set: nowhere."""
+
+    textfile: Optional[str] = None  # node_exporter's textfile collector directory
+    pushgateway: Optional[str] = field(default=None, repr=False)  # the Pushgateway's URL (maybe a secret)
+    secret: bool = False  # the URL is a secret: never shown or logged
+    keep_ended: float = METRICS_KEEP_ENDED
+
+    @property
+    def on(self) -> bool:
+        return bool(self.textfile or self.pushgateway)
+
+
 @dataclass(frozen=True)
 class WatchConfig:
     """watch.json, typed: everything the watchdog (or a client taking over) needs to watch and stop the run."""
@@ -122,6 +140,7 @@ class WatchConfig:
     stacks: str = STACKS
     notify: Tuple[Channel, ...] = ()  # each channel typed, its kind named (wire/channel_list.py)
     job: Optional[Job] = None
+    metrics: Metrics = Metrics()
 
     @property
     def max_attempts(self) -> int:
@@ -145,6 +164,8 @@ def compose(cfg: WatchConfig) -> Dict[str, Any]:
             "warmup_spec": None if w is None else {"gpus": list(w.gpus), "command": w.command, "timeout": w.timeout,
                                                    "drain_timeout": w.drain_timeout}},
         "stacks": cfg.stacks, "notify": [channel_record(c) for c in cfg.notify],
+        "metrics": {"textfile": cfg.metrics.textfile, "pushgateway": cfg.metrics.pushgateway,
+                    "secret": cfg.metrics.secret, "keep_ended": cfg.metrics.keep_ended},
     }
     for spec in DETECTORS:
         settings = cfg.detectors.of(spec.key)
@@ -212,6 +233,7 @@ def parse(raw: Dict[str, Any]) -> WatchConfig:
         stacks=raw["stacks"] if raw.get("stacks") in STACKS_POLICIES else STACKS,
         notify=_get(raw, "notify", lambda v: tuple(channel(c) for c in v or () if isinstance(c, dict)), ()),
         job=_job(raw.get("job")),
+        metrics=_metrics(raw.get("metrics")),
     )
 
 
@@ -260,6 +282,14 @@ def _restart(section: Any) -> Optional[Restart]:
                    compile_guard=bool(section.get("compile_guard")),
                    delay=_get(section, "delay", float, RESTART_DELAY), warmup=bool(section.get("warmup")),
                    warmup_spec=spec)
+
+
+def _metrics(section: Any) -> Metrics:
+    if not isinstance(section, dict):
+        return Metrics()
+    text = lambda key: str(section[key]) if isinstance(section.get(key), str) and section[key] else None  # noqa: E731
+    return Metrics(textfile=text("textfile"), pushgateway=text("pushgateway"), secret=bool(section.get("secret")),
+                   keep_ended=_get(section, "keep_ended", float, METRICS_KEEP_ENDED))
 
 
 def _job(section: Any) -> Optional[Job]:

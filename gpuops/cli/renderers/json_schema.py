@@ -190,6 +190,21 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
         "job": opt(OBJ),
     }, ("run", "outcome", "exit_code", "command_exit_code")),
+    # -- gpuops metrics (docs/metrics.md): one run's snapshot, as the exposition renders it --------------------
+    "metrics": ({
+        "playbook": S, "node": S, "node_rank": opt(I), "session": S, "state": {"enum": [s.value for s in RunState]},
+        "attempt": I, "max_attempts": I, "started_at": opt(N), "ended_at": opt(N), "exit_code": opt(EXIT),
+        "command_exit_code": opt(I), "throughput": opt(N), "throughput_baseline": opt(N),
+        "throughput_min_ratio": opt(N), "log_silence_seconds": opt(N), "stall_timeout_seconds": opt(N),
+        "heartbeat_at": opt(N), "heartbeat_age_seconds": opt(N),
+        "aborts": {"type": "object", "additionalProperties": I}, "restarts": {"type": "object", "additionalProperties": I},
+        "matches": arr(closed({"rule": S, "action": S, "count": I}, ("rule", "action", "count"))),
+        "notifications": arr(closed({"what": S, "via": S, "sent": I, "failed": I}, ("what", "via", "sent", "failed"))),
+        "gpus": arr(closed({"gpu": I, "uuid": S, "memory_used_mib": opt(N), "utilization_pct": opt(N),
+                            "processes": opt(I), "memory_baseline_mib": opt(N),
+                            "health": {"type": "object", "additionalProperties": N}}, ("gpu", "uuid"))),
+    }, ("run", "playbook", "state", "attempt", "max_attempts", "exit_code", "aborts", "restarts", "matches",
+        "notifications", "gpus")),
     # -- gpuops report -------------------------------------------------------------------------------------
     "report": ({"path": S, "outcome": opt(S), "exit_code": opt(EXIT), "plots": I}, ("run", "path", "plots")),
     # -- the last line of launch, logs, stop, validate --------------------------------------------------------
