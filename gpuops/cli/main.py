@@ -136,7 +136,7 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 def metrics(inventory, playbook, targets, every, as_json) -> int:
     """The Prometheus exposition of every run of the targets that goes on or ended within its keep_ended, for a
     script exporter or a cron job (with -p: that playbook's runs; --json: one object per run)."""
-    from gpuops.cli.metrics_cmd import run_metrics
+    from gpuops.cli.commands.metrics_cmd import run_metrics
 
     return run_metrics(inventory, playbook, targets, every=every, as_json=as_json)
 
