@@ -1,4 +1,4 @@
-"""config/watch.py: the watch section's keys load into their dataclasses; each bad value gets its FILE:LINE:COL."""
+"""config/keys/watch.py: the watch section's keys load into their dataclasses; each bad value gets its FILE:LINE:COL."""
 
 from __future__ import annotations
 

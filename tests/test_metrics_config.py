@@ -1,4 +1,4 @@
-"""watch.metrics as the playbook loader reads it (gpuops/config/metrics_keys.py): each bad value is one message at its
+"""watch.metrics as the playbook loader reads it (gpuops/config/keys/metrics_keys.py): each bad value is one message at its
 line (exit 2 from validate), a secret Pushgateway URL is never shown, and what the watchdog gets (watch.json)."""
 
 from __future__ import annotations

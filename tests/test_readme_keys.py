@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.wire.detector_list import DETECTORS
-from gpuops.config import inventory, metrics_keys, notify_keys, playbook, watch
-from gpuops.config import restart_keys as restart
-from gpuops.config import torchrun_keys as torchrun
+from gpuops.config import inventory, playbook
+from gpuops.config.keys import metrics_keys, notify_keys, watch
+from gpuops.config.keys import restart_keys as restart
+from gpuops.config.keys import torchrun_keys as torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY_PAGE = ROOT / "docs" / "inventory.md"

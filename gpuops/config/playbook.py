@@ -15,10 +15,10 @@ from gpuops.config.playbook_model import (
     Preflight,
     Warmup,
 )
-from gpuops.config.notify_keys import parse_notify
-from gpuops.config.restart_keys import parse_restart
-from gpuops.config.torchrun_keys import parse_nodes, parse_torchrun
-from gpuops.config.watch import parse_watch
+from gpuops.config.keys.notify_keys import parse_notify
+from gpuops.config.keys.restart_keys import parse_restart
+from gpuops.config.keys.torchrun_keys import parse_nodes, parse_torchrun
+from gpuops.config.keys.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError
 from gpuops.position import Mark

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["CHANNELS", "Channel", "ChannelSpec", "Key", "MASK", "by_kind", "kinds", "longest_try"]
 
-#: What a key's value is (the playbook loader's reader for it, gpuops/config/notify_keys.py): url (an http(s)
+#: What a key's value is (the playbook loader's reader for it, gpuops/config/keys/notify_keys.py): url (an http(s)
 #: URL, written plain or as {value | from_env, secret}; a secret when the playbook says so, by default when it
 #: comes from the environment, always when it carries `user:password@`), shell (a command bash runs on the
 #: target: not empty, no NUL, at most 64 KiB), choice (one of `choices`), text (a non-empty string).

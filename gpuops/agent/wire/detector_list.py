@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 __all__ = ["DETECTORS", "DetectorSpec", "Key", "NO_BASELINE", "Plot", "DetectorSettings", "by_key", "rules", "notes",
            "restartable"]
 
-#: What a key's value is (the playbook loader's reader for it, gpuops/config/watch.py):
+#: What a key's value is (the playbook loader's reader for it, gpuops/config/keys/watch.py):
 #: seconds (> 0), number (strictly between `above` and `below`), integer (>= `least`), pattern (a Python
 #: regex with at least `groups` groups), baseline (`last` or a number > 0, in `unit`), action (one of the
 #: detector's actions), text (a non-empty string).

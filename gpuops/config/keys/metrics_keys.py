@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping as Env
 
 from gpuops.config import schema as s
-from gpuops.config.notify_keys import secret_url
+from gpuops.config.keys.notify_keys import secret_url
 from gpuops.config.playbook_model import Metrics
 from gpuops.config.yamlpos import Node
 from gpuops.errors import ConfigError

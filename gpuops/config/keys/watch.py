@@ -10,8 +10,8 @@ from gpuops.agent.wire import builtin_rules as builtin
 from gpuops.agent.wire import watchfile as wf
 from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, DetectorSettings
 from gpuops.config import schema as s
-from gpuops.config.detector_keys import compile_pattern, parse_detector
-from gpuops.config.metrics_keys import parse_metrics
+from gpuops.config.keys.detector_keys import compile_pattern, parse_detector
+from gpuops.config.keys.metrics_keys import parse_metrics
 from gpuops.config.playbook_model import EnvVar, RuleSpec, StallAuto, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
