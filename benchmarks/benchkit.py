@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from bench import FakeProxmox, SshServer  # noqa: E402
+from bench import TEST_AREAS, FakeProxmox, SshServer  # noqa: E402
 from bench.inventory import write_inventory  # noqa: E402
+
+sys.path.extend(str(area) for area in TEST_AREAS)  # the test modules the fault matrix's rows import, by name
 
 _BIN = Path(sys.executable).parent / "gpuops"
 #: How gpuops is run; replaced in place by run.py --venv (every module sees the same list).

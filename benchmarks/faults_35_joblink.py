@@ -1,6 +1,6 @@
 """The fault matrix's rows for issue 35 item 3 (a torchrun job's link through node 0's rendezvous store:
 a forged end, a replayed end, node 0 killed before the others joined): each reuses its test's scenario
-(tests/test_nodes_bench.py) on a fresh real-sshd bench through faults_agent.on_bench, with CT 201 made
+(tests/client/test_nodes_bench.py) on a fresh real-sshd bench through faults_agent.on_bench, with CT 201 made
 beside CT 200, so the matrix and the suite cannot drift apart; what the test measured on its way
 (Job.figures) is the row's figure."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, List, Tuple
 
-import test_nodes_bench as nb  # tests/ is on sys.path through benchkit
+import test_nodes_bench as nb  # tests/ and its areas are on sys.path through benchkit
 from bench import FakeProxmox
 from faults_agent import on_bench
 from gpuops.agent.wire import jobwire

@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Tuple
 
 import pytest
 
-import test_localfiles as lf  # tests/ is on sys.path through benchkit
+import test_localfiles as lf  # tests/ and its areas are on sys.path through benchkit
 import test_nodes as tn
 import test_openssh as to
 import test_restart_config as tr

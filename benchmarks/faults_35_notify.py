@@ -1,6 +1,6 @@
 """The fault matrix's rows for issue 35 items 4, 5, 9 and 11's webhook URL (records gpuops does not know,
 hostile hooks, hostile log lines in a channel, bad notify: values): each reuses its test's scenario
-(tests/test_notify.py, tests/test_notify_units.py, tests/test_restart.py), on a fresh real-sshd bench
+(tests/agent/test_notify.py, tests/agent/test_notify_units.py, tests/agent/test_restart.py), on a fresh real-sshd bench
 through faults_agent.on_bench where it needs a target, against a real HTTP server on 127.0.0.1 where
 it needs a hook, so the matrix and the suite cannot drift apart."""
 
@@ -13,7 +13,7 @@ from typing import Callable, List, Tuple
 
 import pytest
 
-import test_notify as tn  # tests/ is on sys.path through benchkit
+import test_notify as tn  # tests/ and its areas are on sys.path through benchkit
 import test_notify_units as tu
 import test_restart as tr
 from bench.playbooks import playbook_error, write_playbook

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, List, Tuple
 
-import test_logs_stop as ls  # tests/ is on sys.path through benchkit
+import test_logs_stop as ls  # tests/ and its areas are on sys.path through benchkit
 import test_stacks_bench as sb
 from faults_agent import on_bench
 from faults_restart import scenario

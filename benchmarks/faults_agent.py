@@ -13,7 +13,7 @@ from typing import Callable, List, Tuple
 
 from benchkit import servers, stop
 
-import test_faults_abort as fa  # tests/ is on sys.path through benchkit
+import test_faults_abort as fa  # tests/ and its areas are on sys.path through benchkit
 import test_faults_agent as fg
 import test_faults_interrupts as fi
 import test_faults_logs as fl

@@ -1,5 +1,5 @@
 """The fault matrix's rows for issue 29 (restarts, the GPU lease, the stop, a full disk): each reuses its
-test's scenario (tests/test_restart_faults.py) on a fresh real-sshd bench through faults_agent.on_bench, so
+test's scenario (tests/agent/test_restart_faults.py) on a fresh real-sshd bench through faults_agent.on_bench, so
 the matrix and the suite cannot drift apart. The race windows are held open at their named points
 (GPUOPS_TEST_PAUSE_AT), not hit by luck."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 import test_openssh
-import test_restart_faults as rf  # tests/ is on sys.path through benchkit
+import test_restart_faults as rf  # tests/ and its areas are on sys.path through benchkit
 from bench.faults import can_mount
 from faults_agent import on_bench
 from test_watch import Ct

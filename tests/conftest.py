@@ -1,7 +1,10 @@
 """Shared fixtures: a real sshd on 127.0.0.1 as the fake Proxmox host, its containers, the local twin, and `ct`.
 
-Helpers live in tests/bench (importable as `bench` from any test module). Every test that uses the bench (a
-real sshd, tmux, the stand-ins) is marked `bench`, so `pytest -m "not bench"` runs the pure units alone.
+Helpers live in tests/bench (importable as `bench` from any test module). The tests live in a folder per area of
+the package (tests/agent/, cli/, client/, config/, transport/; tests/real/: the real GPU machine's records), each
+on sys.path, so a test module imports another's helpers by its name wherever each lives. Every test that uses
+the bench (a real sshd, tmux, the stand-ins) is marked `bench`, so `pytest -m "not bench"` runs the pure units
+alone.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from bench import FakeProxmox, LocalEnv, SshServer, write_inventory
+from bench import TEST_AREAS, FakeProxmox, LocalEnv, SshServer, write_inventory
 from bench.cli import CtCli
 from bench.fakes import make_root
+
+sys.path.extend(str(area) for area in TEST_AREAS if str(area) not in sys.path)
 
 # A bench test starts processes: a real sshd, tmux servers, fake Proxmox roots, network namespaces, the gpuops
 # command, bash. A unit runs in this process. Fixtures that start the bench (a test using any of them, directly or

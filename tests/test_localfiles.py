@@ -173,7 +173,7 @@ def test_a_socket_another_user_serves_at_the_users_controlpath_is_never_used(tmp
 
 
 def _crash(monkeypatch: pytest.MonkeyPatch, tmpdir: Path) -> tuple[int, str]:
-    """`gpuops status` with a bug injected into its core (as tests/test_cli_basics.py does), under TMPDIR `tmpdir`."""
+    """`gpuops status` with a bug injected into its core (as tests/cli/test_cli_basics.py does), under TMPDIR `tmpdir`."""
     import gpuops.client.status
     from gpuops.cli.main import main
 

@@ -1,5 +1,5 @@
 """docs/grafana/gpuops.json, the dashboard to start from: what Grafana needs of it, and its queries over gpuops' own
-families. Each panel's PromQL also runs against the real Prometheus (tests/test_metrics_prometheus.py).
+families. Each panel's PromQL also runs against the real Prometheus (tests/agent/test_metrics_prometheus.py).
 
 Grafana is not packaged for Debian; its schema is: npm's @grafana/schema (the Dashboard, Panel and VariableModel
 types Grafana generates from its CUE schema, and each panel plugin's Options). tools/grafana-dashboard-check.mjs

@@ -13,7 +13,7 @@ are real (the real python3 with torch, the real nvidia-smi), `launch --detach`, 
   while it runs, then `logs -f` to its normal end (every step logged).
 
 Each case leaves OUTDIR/stacks/<case>/ (the run directory's records with stacks/, gpuops' output), and
-OUTDIR/real_stacks.tgz; copy OUTDIR/stacks/ to tests/data/real_h200/stacks/ (tests/test_real_h200_stacks.py).
+OUTDIR/real_stacks.tgz; copy OUTDIR/stacks/ to tests/data/real_h200/stacks/ (tests/real/test_real_h200_stacks.py).
 """
 
 from __future__ import annotations

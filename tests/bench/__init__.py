@@ -17,6 +17,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 TESTS_DIR = Path(__file__).resolve().parent.parent
 BIN_DIR = TESTS_DIR / "standins" / "bin"  # pct, nvidia-smi, fake-train, fake-warmup
 LOGS_DIR = TESTS_DIR / "data" / "logs"  # saved real failure logs, replayed by fake-train
+#: The tests' folders, one per area of the package (agent/, cli/, client/, config/, transport/; real/: what
+#: the real GPU machine recorded), beside tests/ itself (the top-level modules and the project as a whole).
+#: A test module imports another's helpers by its name (`from test_watch import Ct`), wherever each lives:
+#: tests/conftest.py and benchmarks/benchkit.py put every one of these on sys.path.
+TEST_AREAS = tuple(sorted({path.parent for path in TESTS_DIR.glob("*/test_*.py")}))
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BENCH_PATH = f"{BIN_DIR}:{SYSTEM_PATH}"
 
@@ -31,6 +36,7 @@ __all__ = [
     "BIN_DIR",
     "LOGS_DIR",
     "SYSTEM_PATH",
+    "TEST_AREAS",
     "FakeGpus",
     "FakeProxmox",
     "LocalEnv",

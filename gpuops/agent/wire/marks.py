@@ -1,6 +1,6 @@
 """The wire's markers: the lines gpuops' agent tools print, and for each tool the one parser of its reply.
 
-The shell tools in ``sh/`` print these markers too, and tests/test_agent_package.py checks that each one
+The shell tools in ``sh/`` print these markers too, and tests/agent/test_agent_package.py checks that each one
 they print is in ``MARKS`` and that no other module reads marker lines. (The records' names and the run
 states a reply carries are ``protocol``'s; a probe's run is read into ``runinfo.RunInfo``.)
 """

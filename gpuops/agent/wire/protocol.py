@@ -3,7 +3,7 @@
 Both sides import this module (the client as ``gpuops.agent.wire.protocol``, the target as
 ``gpuops_agent.wire.protocol``), so a record or a frame is spelled and parsed in one place. The marker
 lines each tool prints and each reply's type and parser are in ``marks.py``, beside one another; the
-shell tools in ``sh/`` print markers too, and tests/test_agent_package.py checks that every marker
+shell tools in ``sh/`` print markers too, and tests/agent/test_agent_package.py checks that every marker
 they print is one of ``marks.MARKS``.
 """
 

@@ -12,7 +12,7 @@ from gpuops.client.events import Event
 from gpuops.client.play import Play, holder_id
 from gpuops.client.launch.gpus import GpuCheck, check_idle
 
-#: The oldest Python the target package runs on (tests/test_target_package.py proves it).
+#: The oldest Python the target package runs on (tests/agent/test_agent_package.py proves it).
 OLDEST_PYTHON = (3, 8)
 
 
