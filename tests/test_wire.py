@@ -271,4 +271,5 @@ def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_fo
     throughput = cfg.detectors.of("throughput")
     assert (throughput.pattern, throughput.action, throughput.window) == (r"tok/s (\d+)", "abort", 10.0)
     assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
-                            "notify": []}
+                            "notify": [],
+                            "slow_node": None}
