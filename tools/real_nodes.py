@@ -2,13 +2,17 @@
 containers over its real sshd, each its own HOME, tmux and run directory; their processes real) running REAL
 torchrun with the gloo backend (default) or NCCL on two GPUs (--nccl), the trainer tools/real_nodes_train.py.
 
-    python3 tools/real_nodes.py OUTDIR [--nccl]
+    python3 tools/real_nodes.py OUTDIR [--nccl | --hang]
 
 Case: launch --detach with `restart: {max: 1, on: [fx-tracing-race]}`; node 1 hits the real FX race in a
 drafter thread and lives on; with nobody attached both nodes must stop (node 1 by its rule, node 0 by the
 job), then both restart together on <run>-a2 and finish. OUTDIR/nodes(-nccl)/: each node's run directory
 records, gpuops' JSON, and summary.json with the measured seconds from the fatal line to the last node's
 session gone. Run after tools/device_setup.sh, as tools/real_h200.py is.
+
+--hang (tools/real_hang.py): node 1's rank never joins its 6th all_reduce and the job stalls with nobody
+attached; OUTDIR/nodes-hang/ holds seven files (what the device tool brings back): each node's records,
+stacks and Flight Recorder dumps in one JSON, logs --stacks, logs -f --json, the notifications, the summary.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ def gpuops(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     nccl = "--nccl" in argv[1:]
-    case = out / ("nodes-nccl" if nccl else "nodes")
+    hang = "--hang" in argv[1:]
+    case = out / ("nodes-hang" if hang else "nodes-nccl" if nccl else "nodes")
     shutil.rmtree(case, ignore_errors=True)
     case.mkdir(parents=True)
     work = case / "work"
@@ -63,6 +68,10 @@ def main(argv: list[str]) -> int:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         backend = "nccl" if nccl else "gloo"
+        if hang:
+            from real_hang import hang_case
+
+            return hang_case(case, work, inv, fake, port, gpuops)
         pb = work / "playbook.yaml"
         job_env = {"NCCL_NVLS_ENABLE": "0"} if nccl else {}
         pb.write_text(yaml.safe_dump({
@@ -95,7 +104,7 @@ def main(argv: list[str]) -> int:
         runs = gpuops("runs", "--json", "-i", str(inv), "-p", str(pb))
         (case / "runs.jsonl").write_text(runs.stdout + runs.stderr)
         for vmid, d in dirs.items():
-            shutil.copytree(d, case / f"ct{vmid}", ignore=shutil.ignore_patterns("*.lock", "env.sh"))
+            shutil.copytree(d, case / f"ct{vmid}", ignore=shutil.ignore_patterns("*.lock", "env.sh", "*.fr"))
         evs = [json.loads(x) for d in dirs.values() for x in (d / "events.jsonl").read_text().splitlines()]
         line = min(e["ts"] for e in evs if e["event"] == "match" and e.get("rule") == "fx-tracing-race")
         gone = max(e.get("session_gone_at") or e["ts"] for e in evs if e["event"] == "aborted" and e["ts"] < line + 120)

@@ -27,6 +27,17 @@ from gpuops.client.play import Play
 RDZV_ID_VAR = "GPUOPS_RDZV_ID"
 ASYNC_ERRORS = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 COLLECTIVE_TIMEOUT = "GPUOPS_COLLECTIVE_TIMEOUT"
+HEARTBEAT = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
+#: Seconds the collective timeout sits above a job's stall timeout by default: the stall clock fires first, so the
+#: watchdogs take every rank's stacks and recorder while all of them live (measured: each node's whole abort ended
+#: within 3.4 s of the stall, the exchange waits 15 s at most; docs/torchrun.md), and the engine's own timeout ends
+#: the hang 60 s later where no watchdog does.
+COLLECTIVE_MARGIN = 60.0
+#: The collective timeout of a job whose stall clock is off: NCCL's own default (pytorch#110901); gloo's is 30 min.
+COLLECTIVE_NO_STALL = 600.0
+#: NCCL's heartbeat monitor: how long after its watchdog stops it kills a rank that did not end (torch's default is
+#: 30 min: Flyte measured about 2 h lost per failure with the defaults and set 300 s, flyteorg/flyte-sdk#698).
+HEARTBEAT_DEFAULT = 300.0
 
 
 @dataclass(frozen=True)
@@ -117,16 +128,35 @@ def torchrun_command(pb: Playbook, rank: int, nnodes: int, rdzv_endpoint: str) -
     return head.render() + " " + pb.launch.command
 
 
+def collective_timeout(pb: Playbook) -> float:
+    """torchrun.collective_timeout, else the stall timeout + COLLECTIVE_MARGIN (with stall_timeout auto: its initial
+    timeout), else (no stall clock) COLLECTIVE_NO_STALL."""
+    spec = pb.launch.torchrun
+    if spec is not None and spec.collective_timeout is not None:
+        return spec.collective_timeout
+    stall = pb.watch.stall_timeout
+    return stall + COLLECTIVE_MARGIN if stall > 0 else COLLECTIVE_NO_STALL
+
+
 def node_env(pb: Playbook) -> tuple[EnvVar, ...]:
-    """The playbook's env, plus NCCL's async error handling unless the env sets it, plus the collective timeout."""
+    """The playbook's env, plus what the job needs unless the env sets it: NCCL's async error handling, the collective
+    timeout (gpuops' sitecustomize makes it the process group's default), NCCL's heartbeat, the Flight Recorder's
+    buffer (neither name of it set: TORCH_FR_BUFFER_SIZE, or the older TORCH_NCCL_TRACE_BUFFER_SIZE)."""
+    from gpuops.agent.wire.flight import BUFFER_DEFAULT, BUFFER_VAR, OLD_BUFFER_VAR
+
     spec = pb.launch.torchrun
     assert spec is not None
     names = {v.name for v in pb.env}
     extra = []
     if spec.async_error_handling and ASYNC_ERRORS not in names:
         extra.append(EnvVar(ASYNC_ERRORS, "1"))
-    if spec.collective_timeout is not None and COLLECTIVE_TIMEOUT not in names:
-        extra.append(EnvVar(COLLECTIVE_TIMEOUT, f"{spec.collective_timeout:g}"))
+    timeout = collective_timeout(pb)
+    if COLLECTIVE_TIMEOUT not in names:
+        extra.append(EnvVar(COLLECTIVE_TIMEOUT, f"{timeout:g}"))
+    if HEARTBEAT not in names:
+        extra.append(EnvVar(HEARTBEAT, f"{HEARTBEAT_DEFAULT:g}"))
+    if spec.flight_recorder and not names & {BUFFER_VAR, OLD_BUFFER_VAR}:
+        extra.append(EnvVar(BUFFER_VAR, str(BUFFER_DEFAULT)))
     return tuple(pb.env) + tuple(extra)
 
 
@@ -207,12 +237,25 @@ class NodeEnd:
     outcome: str
     exit_code: int | None
     abort: dict[str, Any] | None
+    hang: dict[str, Any] | None = None  # a stalled job's verdict, as this node read it (abort-done.json `hang`)
+
+
+def hang_of(ends: list[NodeEnd]) -> dict[str, Any] | None:
+    """The job's verdict of where it hung: the one that names a collective (every node read the same summaries;
+    a node whose link was gone read only its own)."""
+    verdicts = [e.hang for e in ends if isinstance(e.hang, dict)]
+    return next((v for v in verdicts if v.get("collective")), verdicts[0] if verdicts else None)
 
 
 def first_failing(ends: list[NodeEnd]) -> NodeEnd | None:
-    """The node whose failure ended the job: the one the others' job-abort records name, else the earliest
-    abort, else the first node (by rank) that failed; None when every node succeeded."""
+    """The node whose failure ended the job: a stalled job's culprit (the node of the ranks that never arrived in
+    the collective the others wait in: the one elsewhere, not the one whose clock fired first), else the one the
+    others' job-abort records name, else the earliest abort, else the first node (by rank) that failed; None when
+    every node succeeded."""
     by_name = {e.name: e for e in ends}
+    culprit = (hang_of(ends) or {}).get("culprit_node")
+    if culprit in by_name and by_name[culprit].exit_code not in (None, ExitCode.OK):
+        return by_name[culprit]
     for e in ends:
         named = (e.abort or {}).get("first_node") if (e.abort or {}).get("reason") == "job" else None
         if named in by_name:
@@ -237,5 +280,10 @@ def job_outcome(run_id: str, ends: list[NodeEnd]) -> Outcome:
     why = f" ({rule})" if rule else ""
     data.update({"first_failing_node": first.name, "node_rank": first.rank,
                  **({"rule": rule, "excerpt": (first.abort or {}).get("excerpt")} if rule else {})})
+    hang = hang_of(ends)
+    where = ""
+    if hang is not None:
+        data["hang"] = hang
+        where = f"; the job hung: {hang.get('text')}"
     return Outcome(first.outcome, code, f"job {run_id} ended by node {first.name} (rank {first.rank}): "
-                   f"{first.outcome}{why}; {each_said}", data)
+                   f"{first.outcome}{why}{where}; {each_said}", data)

@@ -91,11 +91,22 @@ def _stopped(run_id: str, info: Any, play: Play, said: dict[str, Any]) -> Outcom
         message = f"--timeout ran out: run {run_id} stopped"
     elif reason == "stop":
         message = f"run {run_id} was stopped by `gpuops stop`"
+    elif reason == "job":  # another node of a torchrun job ended it: that node's cause
+        first = record.get("first_reason")
+        what = {"stall": "stalled", "match": f"matched {rule}", "failed": "failed"}.get(str(first), str(first))
+        message = (f"run {run_id} stopped with its torchrun job: node {record.get('first_node')} (rank "
+                   f"{record.get('first_rank')}) {what} first; stopped by {who}")
+        if first == "stall":
+            data.update(rule="stall")
     elif reason == "interrupt":
         message = (f"run {run_id} was interrupted by {who} (the training exited with code "
                    f"{record.get('command_exit_code')}); the run is over: its session is gone, nothing of it is left")
     else:
         message = f"run {run_id} aborted: rule '{rule}' matched (stopped by {who}): {record.get('line')}"
+    hang = done.get("hang") if isinstance(done.get("hang"), dict) else None
+    if hang is not None:  # a stalled torchrun job: where it hung, as every node read it
+        data["hang"] = hang
+        message += f"; the job hung: {hang.get('text')}"
     rows = [st for st in done.get("stacks") or [] if isinstance(st, dict)]
     kept = [st for st in rows if st.get("file")]
     if kept:

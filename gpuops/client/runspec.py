@@ -118,7 +118,8 @@ def watch_config(play: Play, run_id: str) -> watchfile.WatchConfig:
         restart=restart_config(play),
         stacks=w.stacks,
         notify=tuple(play.playbook.notify),
-        job=watchfile.Job(**play.node.watch()) if play.node is not None else None,
+        job=watchfile.Job(**play.node.watch(), flight_recorder=pb.launch.torchrun is None or
+                          pb.launch.torchrun.flight_recorder) if play.node is not None else None,
         metrics=watchfile.Metrics(textfile=w.metrics.textfile, pushgateway=w.metrics.pushgateway,
                                   secret=w.metrics.secret, keep_ended=w.metrics.keep_ended),
     )

@@ -50,8 +50,9 @@ class Torchrun:
 
     nproc_per_node: int = 1
     port: int = 29400  # the c10d rendezvous port on node 0 (torchrun's default)
-    collective_timeout: float | None = None  # seconds; exported as GPUOPS_COLLECTIVE_TIMEOUT for init_process_group
+    collective_timeout: float | None = None  # seconds; None: the stall timeout + a margin (client/nodes.py timeouts)
     async_error_handling: bool = True  # TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless the playbook's env sets it
+    flight_recorder: bool = True  # TORCH_FR_BUFFER_SIZE set unless the env sets it; ranks' recorders dumped on a stall
 
 
 @dataclass(frozen=True)

@@ -273,4 +273,5 @@ def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_fo
     assert (throughput.pattern, throughput.action, throughput.window) == (r"tok/s (\d+)", "abort", 10.0)
     assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
                             "notify": [], "metrics": {"textfile": None, "pushgateway": None, "secret": False,
-                                                      "keep_ended": watchfile.METRICS_KEEP_ENDED}}
+                                                      "keep_ended": watchfile.METRICS_KEEP_ENDED},
+                            "slow_node": None}

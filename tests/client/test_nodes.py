@@ -166,3 +166,29 @@ def test_the_jobs_end_record_is_signed_with_the_runs_key_and_bound_to_its_attemp
     assert jobwire.check("k1", jobwire.seal("k1", {**end, "node_rank": 0}, one), one)[0] is None  # not that node's rank
     assert jobwire.check("k1", '{"node": "ct201", "reason": "match"}', one) == (None, "not signed with this run's key")
     assert [jobwire.store_key("r", n) for n in (1, 2)] == ["gpuops/job/r/end", "gpuops/job/r/end/2"]
+
+
+def job_env(tmp_path: Path, torchrun: dict, env: dict | None = None, watch: dict | None = None) -> dict[str, str]:
+    """What a node's training gets exported (the playbook's env and the job's own), as node_env composes it."""
+    from gpuops.client.nodes import node_env
+
+    _, pb = files(tmp_path, {"nodes": ["ct201", "ct200"], "torchrun": torchrun})
+    data = yaml.safe_load(pb.read_text())
+    data.update({"env": env or {}, **({"watch": watch} if watch else {})})
+    pb.write_text(yaml.safe_dump(data))
+    return {v.name: v.value for v in node_env(load_playbook(str(pb)))}
+
+
+def test_the_flight_recorder_is_on_unless_the_env_sets_its_buffer_and_the_collective_timeout_follows_the_stall(
+        tmp_path: Path) -> None:
+    env = job_env(tmp_path, {})
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "300"
+    assert env["GPUOPS_COLLECTIVE_TIMEOUT"] == "960"  # the stall clock (900 s) fires first, the engine 60 s later
+    assert job_env(tmp_path, {}, {"TORCH_FR_BUFFER_SIZE": "64"})["TORCH_FR_BUFFER_SIZE"] == "64"  # the env's wins
+    older = job_env(tmp_path, {}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"})
+    assert "TORCH_FR_BUFFER_SIZE" not in older and older["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "100"
+    assert "TORCH_FR_BUFFER_SIZE" not in job_env(tmp_path, {"flight_recorder": False})
+    assert job_env(tmp_path, {}, watch={"stall_timeout": 0})["GPUOPS_COLLECTIVE_TIMEOUT"] == "600"
+    assert job_env(tmp_path, {"collective_timeout": 120})["GPUOPS_COLLECTIVE_TIMEOUT"] == "120"
+    kept = job_env(tmp_path, {}, {"GPUOPS_COLLECTIVE_TIMEOUT": "30", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "90"})
+    assert (kept["GPUOPS_COLLECTIVE_TIMEOUT"], kept["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) == ("30", "90")

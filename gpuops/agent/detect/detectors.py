@@ -45,13 +45,13 @@ class Detectors:
     """The quiet-failure detectors of one run (see the module docstring); `started` is when training started."""
 
     def __init__(self, detectors: DetectorSettings, baseline: Optional[Baseline], started: float,
-                 no_baseline: Optional[str] = None) -> None:
+                 no_baseline: Optional[str] = None, peers: Any = None) -> None:
         self.baseline = baseline
         self.no_baseline = no_baseline  # why there is no earlier run to judge against (said in the note)
         self.started = started
         on = [(load(spec), settings) for spec, settings in detectors.on()]
         horizon = 2.0 * max((cls.span(settings, baseline) for cls, settings in on), default=0.0) + 10.0
-        run = Run(started, baseline, horizon)
+        run = Run(started, baseline, horizon, peers)
         self.judges: List[judge.Detector] = [cls(settings, run) for cls, settings in on]
         self._gpus: Set[int] = set()  # every GPU sampled
         self._noted = False

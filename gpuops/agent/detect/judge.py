@@ -55,12 +55,14 @@ class Finding:
 
 @dataclass(frozen=True)
 class Run:
-    """What every detector of a run shares: when training started, the baseline, and how many seconds of
-    samples to keep (twice the longest span any of them looks back over, and 10 s)."""
+    """What every detector of a run shares: when training started, the baseline, how many seconds of samples
+    to keep (twice the longest span any of them looks back over, and 10 s), and on a node of a torchrun job
+    its peers (watch/joblink.Peers: `node`, `share(t, figure)`, `figures()`; None elsewhere)."""
 
     started: float
     baseline: Optional[Baseline]
     horizon: float
+    peers: Any = None
 
 
 def base_figures(baseline: Optional[Baseline]) -> Dict[str, Any]:

@@ -119,7 +119,7 @@ class Sampler:
 class Quiet:
     """Telemetry and the quiet-failure detectors of one run (inside the watchdog; wall-clock times)."""
 
-    def __init__(self, d: str, cfg: WatchConfig, started: float) -> None:
+    def __init__(self, d: str, cfg: WatchConfig, started: float, peers: Any = None) -> None:
         self.d, self.cfg, self.started = d, cfg, started
         self.gpus = list(cfg.gpus)
         self.interval = cfg.sample_interval
@@ -129,7 +129,7 @@ class Quiet:
         last, why = pick_baseline(os.path.dirname(d), str(cfg.playbook), exclude=os.path.basename(d),
                                   digest=run_digest(meta), target=meta.get("target"))
         self.baseline = baseline_from_config(cfg.detectors, last, self.gpus)
-        self.detectors = Detectors(cfg.detectors, self.baseline, started, no_baseline=why)
+        self.detectors = Detectors(cfg.detectors, self.baseline, started, no_baseline=why, peers=peers)
         self.sampler = Sampler(self.gpus, self.interval) if self.gpus else None
         self.processes = ProcessLoop(self.gpus, CACHE_EVERY * self.interval, die_with_parent) if self.gpus else None
         self.samples = 0

@@ -1,11 +1,13 @@
 """The import hook: a ``sys.meta_path`` finder that answers only for ``torch``, so that once torch's
-module has run, ``torch.compile`` is the guard's. A process that never imports torch pays one
-string comparison per import; after torch is patched the finder takes itself off the list.
+module has run, what gpuops does to it is done: ``torch.compile`` becomes the guard's (the compile guard),
+the process group's default timeout becomes the job's (guard/pg_timeout.py). A process that never imports
+torch pays one string comparison per import; after torch ran the finder takes itself off the list.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable, List
 
 
 class _PatchingLoader:
@@ -35,6 +37,9 @@ class _PatchingLoader:
 class TorchFinder:
     """Finds nothing itself: for `torch` it asks the finders after it and wraps the loader found."""
 
+    def __init__(self) -> None:
+        self.callbacks: List[Callable[[Any], None]] = []  # what runs once torch's module ran, in order
+
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
         if name != "torch":
             return None
@@ -52,23 +57,34 @@ class TorchFinder:
         return spec
 
     def patched(self, torch: object) -> None:
-        """torch ran: replace torch.compile and leave sys.meta_path."""
-        from . import guarded
-
-        guarded.install(torch)
+        """torch ran: each callback applied, and the finder leaves sys.meta_path."""
         try:
             sys.meta_path.remove(self)
         except ValueError:
             pass
+        for callback in self.callbacks:
+            callback(torch)
+
+
+def after_torch(callback: Callable[[Any], None]) -> None:
+    """callback(torch) once the process imports torch (now, where it has): one finder first on sys.meta_path."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        callback(torch)
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, TorchFinder)), None)
+    if finder is None:
+        finder = TorchFinder()
+        sys.meta_path.insert(0, finder)
+    finder.callbacks.append(callback)
+
+
+def _guard(torch: object) -> None:
+    from . import guarded  # here: a process that never imports torch never loads the guard
+
+    guarded.install(torch)
 
 
 def install() -> None:
-    """Put the finder first on sys.meta_path (or patch a torch that is imported already)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        from . import guarded
-
-        guarded.install(torch)
-        return
-    if not any(isinstance(f, TorchFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, TorchFinder())
+    """The compile guard: torch.compile replaced once torch is imported (or now, where it is)."""
+    after_torch(_guard)

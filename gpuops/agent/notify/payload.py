@@ -25,7 +25,10 @@ LINE_LIMIT = 200
 
 
 def what_of(event: str, data: Dict[str, Any]) -> Optional[str]:
-    """The notification an event of the run makes, if any (a match makes one only when it warns)."""
+    """The notification an event of the run makes, if any (a match makes one only when it warns). A stalled
+    torchrun job's `aborted` is told once its sequence ended (the `aborted` event), with where the job hung."""
+    if data.get("verdict_pending"):
+        return "aborted" if event == "aborted" else None if event == "abort_start" else FROM_EVENT.get(event)
     what = FROM_EVENT.get(event)
     if what == "warned" and data.get("action") != "warn":
         return None
@@ -50,7 +53,9 @@ def build(d: str, cfg: WatchConfig, what: str, data: Dict[str, Any]) -> Dict[str
     excerpt = (abort or {}).get("excerpt") or data.get("excerpt")
     facts: Dict[str, Any] = {"by": (abort or {}).get("by") or data.get("stopped_by")}
     if what in ("aborted", "ended"):  # the threads' stacks taken before the abort's signal, once it finished
-        facts["stacks"] = (read_json(os.path.join(d, p.ABORT_DONE)) or {}).get("stacks")
+        done = read_json(os.path.join(d, p.ABORT_DONE)) or {}
+        facts["stacks"] = done.get("stacks")
+        facts["hang"] = data.get("hang") or done.get("hang")  # a stalled torchrun job: where it hung
     if what == "aborted":
         name, code = outcome(None, abort or {"reason": data.get("reason")}, True)
         restarting = _restart_due(d, cfg)
@@ -127,6 +132,12 @@ def _first_line(value: Any) -> str:
     return line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT - 3] + "..."
 
 
+def _hang_words(payload: Dict[str, Any]) -> str:
+    """Where a stalled torchrun job hung (wire/hang.py's verdict), for the one line."""
+    said = (payload.get("hang") or {}).get("text")
+    return "; the job hung: %s" % said if said else ""
+
+
 def text(payload: Dict[str, Any], line: Any = None) -> str:
     """One line: what happened, where, what to do; a control character of the log (a NUL, an escape) as \\xNN."""
     return clean(_text(payload, line))
@@ -143,6 +154,7 @@ def _text(payload: Dict[str, Any], line: Any) -> str:
         why = "rule '%s' matched" % rule if rule and payload["outcome"] == "aborted" else payload["outcome"]
         by = BY.get(str(payload.get("by")), payload.get("by"))
         head = "gpuops: %s ABORTED%s: %s%s" % (where, " by " + str(by) if by else "", why, ": " + said if said else "")
+        head += _hang_words(payload)
         then = ("the watchdog restarts it (%s)" % attempt) if payload.get("restart_due") else "see why: " + look
         return "%s; %s" % (head, then)
     if what == "stalled":
@@ -157,7 +169,8 @@ def _text(payload: Dict[str, Any], line: Any) -> str:
         extra = (", rule '%s'" % rule) if rule and not ok else ""
         failed = ": " + payload["restart_failed"] if payload.get("restart_failed") else ""
         tail = "" if ok else "; see why: " + look
-        return "gpuops: %s %s%s%s%s%s" % (where, how, extra, " (%s)" % attempt if attempt else "", failed, tail)
+        return "gpuops: %s %s%s%s%s%s%s" % (where, how, extra, " (%s)" % attempt if attempt else "", failed,
+                                            _hang_words(payload), tail)
     if what == "warned":
         return "gpuops: %s WARNING: rule '%s'%s; the run goes on; see: %s" % (where, rule, ": " + said if said else "",
                                                                             look)

@@ -224,25 +224,28 @@ def _made_at(d: str) -> Optional[float]:
         return None
 
 
-def stop_run(d: str, cfg: Optional[WatchConfig]) -> Dict[str, Any]:
-    """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json."""
+def stop_run(d: str, cfg: Optional[WatchConfig], gather: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
+    """Signal the session's foreground job, wait the grace, kill the session, reap, drain; write abort-done.json.
+    `gather`: a torchrun job's node summaries, through the watchdog's job link (run/before_signal.py)."""
     with _sequence_lock(d, wait=True):
-        return _sequence(d, cfg)
+        return _sequence(d, cfg, gather)
 
 
-def _sequence(d: str, given: Optional[WatchConfig]) -> Dict[str, Any]:
+def _sequence(d: str, given: Optional[WatchConfig], gather: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     started = time.monotonic()
     cfg = run_config(d, given)
     session = cfg.session
     name, grace = cfg.abort.signal, cfg.abort.grace
     run_id = os.path.basename(d)
-    stacks = None
+    stacks = verdict = None
     if _session_live(d, session, run_id):
         # A sequence finishing another's (its claimer died in the grace) sends no second signal: a
         # trainer that saves a checkpoint on the first Ctrl-C may take a second one for "quit now".
         sent_at = _signalled(d)
         if sent_at is None:
-            stacks = _stacks_first(d, cfg, run_id)
+            from .before_signal import take
+
+            stacks, verdict = take(d, cfg, run_id, gather)
             if name == "INT":
                 tmux.interrupt(session)
             else:
@@ -258,21 +261,9 @@ def _sequence(d: str, given: Optional[WatchConfig]) -> Dict[str, Any]:
     gpus, held_by = drain_or_name(d, list(cfg.gpus), cfg.max_memory_used_mib)
     result = {"survivors": survivors, "gpus": gpus, **({"held_by": held_by} if held_by else {}), "seconds": round(time.monotonic() - started, 3),
               "session_gone_at": gone_at, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              **({"stacks": stacks} if stacks is not None else {})}
+              **({"stacks": stacks} if stacks is not None else {}), **({"hang": verdict} if verdict is not None else {})}
     _retry_write(lambda: write_json_atomic(os.path.join(d, p.ABORT_DONE), result))
     return result
-
-
-def _stacks_first(d: str, cfg: WatchConfig, run_id: str) -> Optional[List[Dict[str, Any]]]:
-    """The training's thread stacks before the signal, where watch.stacks asks for them (None: not asked)."""
-    from .stacks import take, wanted
-
-    if not wanted(cfg.stacks, (read_json(os.path.join(d, p.ABORT)) or {}).get("reason")):
-        return None
-    try:
-        return take(d, run_id)
-    except Exception as exc:  # the abort goes on whatever the stacks do
-        return [{"pid": 0, "file": None, "threads": 0, "via": None, "error": "%s: %s" % (type(exc).__name__, exc)}]
 
 
 def run_config(d: str, cfg: Optional[WatchConfig] = None) -> WatchConfig:

@@ -56,6 +56,11 @@ def _job(d: str, job: Dict[str, Any]) -> Dict[str, Any]:
     abort = read_json(os.path.join(d, p.ABORT)) or {}
     if abort.get("reason") == p.JOB_ABORT:
         out.update(ended_by_node=abort.get("first_node"), ended_by_rank=abort.get("first_rank"))
+    hang = (read_json(os.path.join(d, p.ABORT_DONE)) or {}).get("hang")
+    if isinstance(hang, dict):  # a stalled job: where it hung; its culprit is the job's first failing node
+        out["hang"] = hang
+        if hang.get("culprit_node"):
+            out.update(ended_by_node=hang["culprit_node"], ended_by_rank=hang.get("culprit_rank"))
     return out
 
 

@@ -8,6 +8,12 @@ slot holds a node's end; a line from the watchdog on stdin asks it to put this n
 first free slot. A slot that does not verify (forged, replayed) is said once, then skipped: each
 costs one read, never a loop, and past MAX_SLOTS of them the link stops reading.
 
+Before a stalled job's signal the watchdog hands it this node's summary (`summary`): the link puts it under
+jobwire.summary_key, signed, reads every other node's there (waiting up to jobwire.GATHER_WAIT) and says each
+that verifies, then `gathered`. A `figure` (this node's throughput, for the slow-node detector) is set under
+jobwire.figure_key, and the other nodes' latest verified figures are said back (`figures`): one set and one read
+a node per figure shared, no loop of its own.
+
 The store going away before the job's end (node 0's torchrun killed, its host gone) is said as
 `gone` once jobwire.STORE_GRACE seconds passed without the same store answering again: the watchdog
 then ends this node as the job's end. Its mark (jobwire.mark_key) tells the same store from a new
@@ -23,7 +29,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..wire import jobwire, watchfile
 from ..wire import protocol as p
@@ -58,6 +64,7 @@ class Link:
         self.next = 1  # the first slot not judged yet (every one before it holds no end of this attempt)
         self.end_slot = 0  # where the job's end is, once read
         self.refused_said = False
+        self.figures_client: Any = None
 
     def client(self, seconds: float) -> Any:
         return self.dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=seconds),
@@ -148,8 +155,67 @@ class Link:
     def listen(self) -> None:
         for raw in sys.stdin.buffer:
             msg = jobwire.parse(raw)
-            if msg is not None and msg.get("kind") == "publish":
+            kind = msg.get("kind") if msg is not None else None
+            if kind == "publish":
                 self.publish(msg.get("record") or {})
+            elif kind == "summary":
+                self.gather(msg.get("summary") or {}, float(msg.get("wait") or jobwire.GATHER_WAIT))
+            elif kind == "figure":
+                self.figure(msg.get("figure"), msg.get("time"))
+
+    def _record(self, **data: Any) -> Dict[str, Any]:
+        """A value this node puts in the store: bound to the node and the attempt, as an end record is."""
+        return {"node": self.at.nodes[self.rank], "node_rank": self.rank, "attempt": jobwire.attempt_of(self.at),
+                **data}
+
+    def _read(self, client: Any, key: str, rank: int) -> Optional[Dict[str, Any]]:
+        record, _ = jobwire.check(self.key, _value(client.get(key)).decode("utf-8", "replace"), self.at)
+        return record if record is not None and record.get("node_rank") == rank else None
+
+    def gather(self, summary: Dict[str, Any], wait: float) -> None:
+        """This node's summary into the store; every node's that verifies said back (this node's too), then
+        `gathered`. Bounded by `wait`, whatever the store does."""
+        deadline = time.monotonic() + wait
+        try:
+            client = self.client(max(1.0, wait))
+            client.set(jobwire.summary_key(self.at.rdzv, self.rank),
+                       jobwire.seal(self.key, self._record(summary=summary), self.at))
+        except Exception as exc:  # noqa: BLE001 - the store went: this node's verdict is read from its own summary
+            _say("gathered", why="cannot put this node's summary into the job's store: %s" % exc)
+            return
+        for rank in range(len(self.at.nodes)):
+            key = jobwire.summary_key(self.at.rdzv, rank)
+            try:
+                client.wait([key], timedelta(seconds=max(0.05, deadline - time.monotonic())))
+                record = self._read(client, key, rank)
+            except Exception:  # noqa: BLE001 - that node's summary did not come in time: the verdict says so
+                continue
+            if record is not None and isinstance(record.get("summary"), dict):
+                _say("summary", rank=rank, summary=record["summary"])
+        _say("gathered")
+
+    def figure(self, value: Any, at: Any) -> None:
+        """This node's throughput figure into the store; the other nodes' latest said back."""
+        if not isinstance(value, (int, float)):
+            return
+        try:
+            if self.figures_client is None:
+                self.figures_client = self.client(WAIT_SLICE)
+            client = self.figures_client
+            client.set(jobwire.figure_key(self.at.rdzv, self.rank),
+                       jobwire.seal(self.key, self._record(figure=float(value), time=at), self.at))
+            others = {}
+            for rank in range(len(self.at.nodes)):
+                key = jobwire.figure_key(self.at.rdzv, rank)
+                if rank == self.rank or not client.check([key]):
+                    continue
+                record = self._read(client, key, rank)
+                if record is not None:
+                    others[str(rank)] = {"node": record["node"], "figure": record.get("figure"), "time": record.get("time")}
+        except Exception:  # noqa: BLE001 - the store is busy or gone: the next figure tries again
+            self.figures_client = None
+            return
+        _say("figures", figures=others)
 
     def wait(self) -> bool:
         """Until the job's end is in a slot (True), or the store went for good before it (False)."""

@@ -43,8 +43,9 @@ def prepare(run_id: str, spec: Dict[str, Any], home: str = "") -> str:
     watchfile.write(d, spec["watch"])
     if spec.get("restart_command"):  # restart.command: what restarted attempts run (sh/run.sh)
         _write(os.path.join(d, p.RESTART_COMMAND), spec["restart_command"], 0o600)
-    if watchfile.parse(spec["watch"]).stacks != watchfile.STACKS_OFF:  # the training's faulthandler registers there
-        os.mkdir(os.path.join(d, p.STACKS), 0o700)
+    cfg = watchfile.parse(spec["watch"])
+    if cfg.stacks != watchfile.STACKS_OFF or (cfg.job is not None and cfg.job.flight_recorder):
+        os.mkdir(os.path.join(d, p.STACKS), 0o700)  # the training's faulthandler and each rank's recorder helper
     if spec.get("compile_guard"):  # launch.compile_guard: warmup and training run under the guard
         _write(os.path.join(d, p.COMPILE_GUARD), "1\n", 0o600)
     pointer = os.path.join(state, p.SESSIONS, spec["session"])

@@ -25,6 +25,7 @@ from ..system.procs import descendants, marked, running
 from ..wire import protocol as p
 from ..wire import marks
 from ..wire import stackfile as sf
+from ..wire.flight import FIFO_SUFFIX
 from ..wire.records import read_json
 
 #: Seconds a process gets to answer (py-spy, then faulthandler for those py-spy did not do).
@@ -34,9 +35,24 @@ SETTLE = 0.15
 POLL = 0.02
 
 
-def wanted(policy: str, reason: Optional[str]) -> bool:
-    """watch.stacks says take them before this abort (its abort.json `reason`)."""
-    return policy == sf.ALWAYS or (policy == sf.ON_STALL and reason == "stall")
+def wanted(policy: str, reason: Optional[str], first: Optional[str] = None) -> bool:
+    """watch.stacks says take them before this abort (its abort.json `reason`; `first`: the job's first node's
+    reason where another node of a torchrun job ended it: its stall or its failure is where the job hung)."""
+    return policy == sf.ALWAYS or (policy == sf.ON_STALL and (reason == "stall" or first in ("stall", "failed")))
+
+
+def rank_env(pid: int) -> Dict[str, Any]:
+    """The place torchrun gave a process (RANK, LOCAL_RANK, GROUP_RANK in its environment), as ints; {} for none."""
+    out: Dict[str, Any] = {}
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as fh:
+            for entry in fh.read(1 << 20).split(b"\0"):
+                key, _, value = entry.partition(b"=")
+                if key in (b"RANK", b"LOCAL_RANK", b"GROUP_RANK"):
+                    out[key.decode().lower()] = int(value)
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def _is_python(pid: int) -> bool:
@@ -49,7 +65,7 @@ def _is_python(pid: int) -> bool:
 
 def python_pids(folder: str, run_id: str) -> List[int]:
     """The run's processes (its marker, and everything below them) that are Python."""
-    ours = set(marked(run_id))
+    ours = set(marked(run_id, os.path.dirname(os.path.abspath(folder))))
     ours |= descendants(ours)
     registered = {int(n.split(".")[0]) for n in _names(folder) if n.endswith(sf.SIGNAL_SUFFIX) and n[0].isdigit()}
     return sorted(pid for pid in ours if running(pid) and (pid in registered or _is_python(pid))
@@ -222,16 +238,17 @@ def _by_faulthandler(folder: str, pids: List[int], deadline: float
 
 
 def _tidy(folder: str) -> None:
-    """Records of processes that are gone (killed before their exit could remove them)."""
+    """Records of processes that are gone (killed before their exit could remove them): a Flight Recorder
+    helper's pipe too (wire/flight.py; a copy of the folder would block on it)."""
     for entry in _names(folder):
-        if not entry.endswith(sf.SIGNAL_SUFFIX) or not entry.split(".")[0].isdigit():
+        if not entry.endswith((sf.SIGNAL_SUFFIX, FIFO_SUFFIX)) or not entry.split(".")[0].isdigit():
             continue
         pid = int(entry.split(".")[0])
         if running(pid):
             continue
-        for suffix in (sf.SIGNAL_SUFFIX, sf.FAULT_SUFFIX):
+        for suffix in (sf.SIGNAL_SUFFIX, sf.FAULT_SUFFIX, FIFO_SUFFIX):
             path = os.path.join(folder, sf.name(pid, suffix))
-            if suffix == sf.SIGNAL_SUFFIX or _size(path) == 0:
+            if suffix != sf.FAULT_SUFFIX or _size(path) == 0:
                 try:
                     os.unlink(path)
                 except OSError:
@@ -253,13 +270,14 @@ def take(d: str, run_id: str, wait: float = WAIT) -> List[Dict[str, Any]]:
     done.update(by_fh)
     out = []
     for pid in pids:
+        place = {k: v for k, v in rank_env(pid).items() if k in ("rank", "local_rank")}
         if pid in done:
-            out.append(done[pid])
+            out.append({**done[pid], **place})
             continue
         registered = pid in skipped or _signal_of(folder, pid)[0] is not None
         via = sf.VIA_FAULTHANDLER if registered else (sf.VIA_PYSPY if pyspy_for(pid) else None)
         why = skipped.get(pid) or (("no answer within %gs" % wait) if via else "neither py-spy nor gpuops' faulthandler is there")
-        out.append({"pid": pid, "file": None, "threads": 0, "via": via, "error": why})
+        out.append({"pid": pid, "file": None, "threads": 0, "via": via, "error": why, **place})
     return out
 
 

@@ -39,9 +39,12 @@ def _pids() -> List[int]:
         return []
 
 
-def marked(run_id: str) -> List[int]:
-    """Live processes whose environment carries the run's marker (the job and its workers)."""
+def marked(run_id: str, run_dir: Optional[str] = None) -> List[int]:
+    """Live processes whose environment carries the run's marker (the job and its workers). With `run_dir`: not
+    one whose GPUOPS_RUN_DIR is another (a node of the same torchrun job in another container on this kernel, as
+    the test bench's share one PID namespace: sh/kill_marked.sh tells them apart the same way)."""
     want = MARKER + run_id.encode()
+    here = b"GPUOPS_RUN_DIR=" + run_dir.encode() if run_dir else None
     me = os.getpid()
     found = []
     for pid in _pids():
@@ -49,10 +52,12 @@ def marked(run_id: str) -> List[int]:
             continue
         try:
             with open("/proc/%d/environ" % pid, "rb") as fh:
-                env = fh.read()
+                env = fh.read().split(b"\0")
         except OSError:
             continue
-        if want in env.split(b"\0") and running(pid):
+        if here is not None and here not in env and any(e.startswith(b"GPUOPS_RUN_DIR=") for e in env):
+            continue
+        if want in env and running(pid):
             found.append(pid)
     return found
 

@@ -9,7 +9,9 @@ it decides (the first end there, signed for this attempt, is the job's cause) an
 link process (run/jobstore.py) does the store I/O with the training's torch. When the store goes
 before anyone ended the job (node 0's torchrun killed before the others joined: nothing of the engine
 ends them until its 600 s join timeout) and stays gone through the link's grace, the node ends as
-the job's end, named after node 0. Without a job the link does nothing and costs nothing.
+the job's end, named after node 0. Before a stalled job's signal it exchanges this node's summary with the
+other nodes' (`gather`: where the job hung, run/before_signal.py), and it carries the nodes' throughput
+figures for the slow-node detector (`Peers`). Without a job the link does nothing and costs nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import SH
 from ..wire import jobwire
@@ -50,6 +52,11 @@ class JobLink:
         self.published = False
         self.started = False
         self.forged_said = False
+        self.write_lock = threading.Lock()  # the aborter's thread and the main one both write to the link
+        self.summaries: Dict[int, Dict[str, Any]] = {}  # node rank -> its summary, once a stalled job gathers
+        self.gathered = threading.Event()
+        self.figures: Dict[str, Tuple[float, float]] = {}  # node name -> (its latest throughput figure, when)
+        self.connected = False  # the link reached the store (before that, nothing is handed to it but the end)
 
     @property
     def active(self) -> bool:
@@ -92,6 +99,7 @@ class JobLink:
             self.proc.stdout.close()
             self.proc.stdout = None
             self.settled.set()
+            self.gathered.set()  # nothing more will come
             return
         self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
@@ -112,11 +120,22 @@ class JobLink:
                 self.wd.abort(p.JOB_ABORT, **_said(self.end))
         elif kind == "settled":
             self.settled.set()
+        elif kind == "summary" and isinstance(msg.get("rank"), int) and isinstance(msg.get("summary"), dict):
+            self.summaries[msg["rank"]] = msg["summary"]
+        elif kind == "gathered":
+            if msg.get("why"):
+                self.wd.events.write("job_link", state="lost", message=str(msg["why"]))
+            self.gathered.set()
+        elif kind == "figures" and isinstance(msg.get("figures"), dict):
+            for row in msg["figures"].values():
+                if isinstance(row, dict) and isinstance(row.get("figure"), (int, float)):
+                    self.figures[str(row.get("node"))] = (float(row["figure"]), float(row.get("time") or 0.0))
         elif kind == "gone":
             self.settled.set()
             self.wd.events.write("job_link", state=kind, message=str(msg.get("why")))
             self.store_gone()
         elif kind in ("connected", "lost", "forged") and not (kind == "forged" and self.forged_said):
+            self.connected = self.connected or kind == "connected"
             if kind == "lost":
                 self.settled.set()  # nothing to wait for
             self.forged_said = self.forged_said or kind == "forged"  # said once; the link says it once too
@@ -147,14 +166,39 @@ class JobLink:
                   "rule": why.get("rule") if reason == "match" else reason, "by": why.get("by", "watchdog"),
                   "excerpt": (why.get("excerpt") or "")[-2000:] or None, "exit_code": _CODES.get(reason),
                   "time": round(time.time(), 3), "attempt": self.wd.attempt["attempt"]}
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(jobwire.line("publish", record=record))
-            self.proc.stdin.flush()
-        except (OSError, ValueError, AssertionError):
+        if not self.tell(jobwire.line("publish", record=record)):
             return
         if settle:
             self.settle()
+
+    def tell(self, line: bytes) -> bool:
+        """One line to the link (whole, whichever thread writes); False where the link is gone."""
+        with self.write_lock:
+            try:
+                assert self.proc is not None and self.proc.stdin is not None
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
+            except (OSError, ValueError, AssertionError):
+                return False
+        return True
+
+    def gather(self, summary: Dict[str, Any], wait: float = jobwire.GATHER_WAIT) -> Dict[int, Dict[str, Any]]:
+        """Every node's summary before a stalled job's signal (this node's put in the store, the others' read from
+        it, each verified), bounded by `wait`; only this node's where the link is gone. Called by the abort's
+        thread; the watchdog's own loop reads what the link says meanwhile."""
+        mine = {self.job.node_rank: summary}
+        if not self.active or self.proc is None or self.proc.stdout is None:
+            return mine
+        self.summaries = dict(mine)
+        self.gathered.clear()
+        if not self.tell(jobwire.line("summary", summary=summary, wait=wait)):
+            return mine
+        self.gathered.wait(wait + 3.0)
+        return dict(self.summaries)
+
+    def peers(self) -> Optional["Peers"]:
+        """What the slow-node detector shares its figures through (None: no job)."""
+        return Peers(self) if self.active else None
 
     def settle(self, seconds: float = SETTLE) -> None:
         """Give the other nodes a moment to read this node's end before this node's torchrun (maybe the store's
@@ -203,6 +247,23 @@ class JobLink:
                 except OSError:
                     pass
         self.proc = None
+
+
+class Peers:
+    """A node's throughput figures, shared with the other nodes of the job through the link (judge.Run.peers)."""
+
+    def __init__(self, link: JobLink) -> None:
+        self.link = link
+        self.node = link.job.node_name
+
+    def share(self, t: float, figure: float) -> None:
+        """This node's figure (the link sets it in the store, signed, and answers with the others' latest)."""
+        if self.link.proc is not None and self.link.connected:
+            self.link.tell(jobwire.line("figure", figure=figure, time=t))
+
+    def figures(self) -> Dict[str, Tuple[float, float]]:
+        """node name -> (its latest figure, when), as the other nodes shared them."""
+        return dict(self.link.figures)
 
 
 def _said(end: Dict[str, Any]) -> Dict[str, Any]:

@@ -80,12 +80,12 @@ class Watchdog:
         self.waker = Waker(d, [p.LOG], quiet=(p.WATCHDOG, p.EVENTS, p.SAMPLES, p.SAMPLES_COARSE, p.CACHE_SNAPSHOT, p.NOTIFY))
         self.write_failing = False
         self.restarts = int(state.get("restarts") or 0) + (1 if state else 0)
-        self.quiet = Quiet(d, cfg, self.started)
+        self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
+        self.quiet = Quiet(d, cfg, self.started, peers=self.link.peers())
         self.retry_abort: Optional[Tuple[str, Dict[str, Any]]] = None
         self.pulse = Pulse()
         self.next_attempt = False  # set when this attempt ended and the watchdog restarts training
         self.over = False  # the attempt ended: finish() runs
-        self.link = JobLink(self)  # a node of a torchrun job: one node's end ends every node
         #: What each pass of run() offers itself to, in order; each runs when due (duties.py).
         self.duties: Dict[type, Duty] = {kind: kind(self) for kind in DUTIES}
 
@@ -182,12 +182,15 @@ class Watchdog:
             self.seen_claim(current)
             return
         self.status = "aborting"
-        self.events.write("abort_start", reason=reason, rule=why.get("rule"))
+        # A stalled torchrun job's verdict comes with the sequence: its notification waits for the `aborted` event.
+        pending = {"verdict_pending": True} if self.link.active and p.RESTART_STALL in (
+            reason, why.get("first_reason")) else {}
+        self.events.write("abort_start", reason=reason, rule=why.get("rule"), **pending)
 
         def sequence() -> None:
             self.link.publish(reason, settle=True, **why)  # the other nodes of a torchrun job learn it first
-            result = stop_run(self.d, self.cfg)
-            self.events.write("aborted", reason=reason, rule=why.get("rule"), **result)
+            result = stop_run(self.d, self.cfg, self.link.gather)
+            self.events.write("aborted", reason=reason, rule=why.get("rule"), **pending, **result)
 
         self.start_aborter(sequence, "gpuops-abort")
 

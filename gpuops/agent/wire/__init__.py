@@ -10,5 +10,6 @@ notification channel kinds, each declared once), builtin_rules (the built-in rul
 ruleset (watch.json's rules as a matcher), signatures/ (the fatal-signature matcher and its rule kinds), stall
 (the stall clock), samples (the GPU samples' line format), smi (nvidia-smi CSV in, values out), masking
 (secrets out of everything said), hookurl (a webhook URL as the sender posts to it), jobwire (a torchrun job's
-store values), stackfile (the stack files' names). Standard library only.
+store values), stackfile (the stack files' names), flight (a rank's Flight Recorder dump as a hang verdict reads
+it), hang (where a torchrun job hung: every node's summary in, one verdict out). Standard library only.
 """

@@ -178,6 +178,17 @@ DETECTORS: Tuple[DetectorSpec, ...] = (
             Key("cache_dir", "text", None, "the inductor cache (default: the env's TORCHINDUCTOR_CACHE_DIR, else "
                 "/tmp/torchinductor_<user>)", what="a directory (the inductor cache)", env="TORCHINDUCTOR_CACHE_DIR"),
         )),
+    DetectorSpec(
+        "slow_node", "slow_node", ("slow-node",), actions=("warn", "abort", "off"), default_on=True, switch=True,
+        doc="a node of a torchrun job whose throughput (the figure watch.throughput.pattern reads) sits below the "
+            "other nodes' for a window, named",
+        keys=(
+            Key("min_ratio", "number", 0.7, "slow: this node's median figure is below min_ratio x the median of the "
+                "other nodes'", what="a ratio", above=0, below=1),
+            _seconds("settle", 60.0, SETTLE),
+            _seconds("window", 60.0, WINDOW, window=True),
+            Key("action", "action", "warn", "what a slow node does"),
+        )),
 )
 
 

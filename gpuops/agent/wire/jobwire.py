@@ -52,9 +52,31 @@ def read_key(rdzv_id: str, rank: int) -> str:
     return "%s%s/read/%d" % (PREFIX, rdzv_id, rank)
 
 
+def summary_key(rdzv_id: str, rank: int) -> str:
+    """Where a node puts its summary before a stalled job's abort (its ranks, where they were, their Flight
+    Recorders), signed as an end is: every node reads every node's to the same verdict (wire/hang.py)."""
+    return "%s%s/hang/%d" % (PREFIX, rdzv_id, rank)
+
+
+def figure_key(rdzv_id: str, rank: int) -> str:
+    """Where a node keeps its latest throughput figure, signed, for the other nodes' slow-node detector."""
+    return "%s%s/figure/%d" % (PREFIX, rdzv_id, rank)
+
+
+#: Seconds a node waits for the other nodes' summaries before its stalled abort's signal (they take their stacks
+#: and recorders first: 4 s each at most, then a second to write): the store lives until node 0 has waited.
+GATHER_WAIT = 15.0
+
+
 def rdzv_id(run_id: str, attempt: int) -> str:
     """torchrun's --rdzv-id for attempt n: a fresh rendezvous per attempt."""
     return run_id if attempt <= 1 else "%s-a%d" % (run_id, attempt)
+
+
+def attempt_of(at: Attempt) -> int:
+    """The attempt number this attempt's rendezvous id names (<run>: 1, <run>-aN: N)."""
+    tail = at.rdzv[len(at.run):] if at.rdzv.startswith(at.run) else ""
+    return int(tail[2:]) if tail.startswith("-a") and tail[2:].isdigit() else 1
 
 
 def _mac(key: str, body: str) -> str:
@@ -105,7 +127,8 @@ def check(key: str, text: str, at: Attempt) -> Tuple[Optional[Dict[str, Any]], O
 
 
 def line(kind: str, **data: Any) -> bytes:
-    """One message between the watchdog and its link: connected, end, settled, forged, lost, gone, publish."""
+    """One message between the watchdog and its link: connected, end, settled, forged, lost, gone, publish; summary
+    and gathered (a stalled job's node summaries), figure and figures (the nodes' throughput)."""
     return (json.dumps({"kind": kind, **data}, sort_keys=True) + "\n").encode()
 
 

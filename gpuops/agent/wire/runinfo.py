@@ -50,7 +50,9 @@ class RunInfo:
         if self.abort is not None:
             if self.abort_done is None and self.session_alive:
                 return RunState.ABORTING
-            return RunState.STALLED if self.abort.get("reason") == "stall" else RunState.ABORTED
+            stalled = self.abort.get("reason") == "stall" or (self.abort.get("reason") == p.JOB_ABORT and
+                                                               self.abort.get("first_reason") == "stall")
+            return RunState.STALLED if stalled else RunState.ABORTED
         if self.exit_code is not None:
             return RunState.EXITED
         if self.session_alive:
@@ -130,5 +132,7 @@ class RunInfo:
                 "wait": self.watchdog.get("wait"),  # inotify, or poll (why): how it waits for the log
             },
             "telemetry": (self.watchdog or {}).get("telemetry"),
+            **({"hang": (self.abort_done or {})["hang"]}  # a stalled torchrun job: where it hung (wire/hang.py)
+               if isinstance((self.abort_done or {}).get("hang"), dict) else {}),
             "compile_guard": self.compile_guard,
         }

@@ -96,6 +96,7 @@ class Job:
     endpoint: str = ""
     node_name: str = ""
     key: str = field(default="", repr=False)
+    flight_recorder: bool = True  # torchrun.flight_recorder: each rank's recorder dumped before a stall's abort
 
 
 #: watch.metrics.keep_ended: seconds a run's series stay after it ended (its textfile, its Pushgateway group).
@@ -173,7 +174,7 @@ def compose(cfg: WatchConfig) -> Dict[str, Any]:
     if cfg.job is not None:  # one node of a torchrun job (docs/torchrun.md)
         j = cfg.job
         out["job"] = {"id": j.id, "node_rank": j.node_rank, "nodes": list(j.nodes), "endpoint": j.endpoint,
-                      "node_name": j.node_name, "key": j.key}
+                      "node_name": j.node_name, "key": j.key, "flight_recorder": j.flight_recorder}
     return out
 
 
@@ -298,7 +299,7 @@ def _job(section: Any) -> Optional[Job]:
     return Job(id=str(section.get("id") or ""), node_rank=_get(section, "node_rank", int, 0),
                nodes=_get(section, "nodes", lambda v: tuple(str(x) for x in v or ()), ()),
                endpoint=str(section.get("endpoint") or ""), node_name=str(section.get("node_name") or ""),
-               key=str(section.get("key") or ""))
+               key=str(section.get("key") or ""), flight_recorder=section.get("flight_recorder") is not False)
 
 
 def with_session(cfg: WatchConfig, session: str, gpus: Tuple[int, ...]) -> WatchConfig:

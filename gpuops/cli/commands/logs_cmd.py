@@ -50,8 +50,29 @@ def run_logs(inventory: str | None, playbook: str | None, targets: tuple[str, ..
     deadline = time.monotonic() + timeout if (timeout and follow) else None  # one budget for every target
     work = functools.partial(_logs_one, run_id=run_id, follow=follow, tail=tail, no_abort=no_abort, deadline=deadline,
                              inventory=inventory, playbook=playbook)
+    job_run = _job_run(plays) if follow and run_id is None else None
+    if job_run is not None:  # a torchrun job's nodes: the job's summary and code are the first failing node's
+        from gpuops.cli.flows.job_flow import fan_job
+
+        return fan_job(plays, work, job_run, renderer(as_json, verbose, multi=True), report, as_json=as_json,
+                       verbose=verbose)
     return each_target(plays, work, renderer(as_json, verbose, multi=len(plays) > 1), report, as_json=as_json,
                        verbose=verbose, ordered=not follow)
+
+
+def _job_run(plays: list[Play]) -> str | None:
+    """The run id of the torchrun job these plays are the nodes of (node 0's current run); None for other plays, or
+    where node 0 cannot say (each node is then followed as a target is)."""
+    from gpuops.client.nodes import is_job
+    from gpuops.errors import GpuopsError
+
+    if len(plays) < 2 or not is_job(plays):
+        return None
+    try:
+        info = current_run(plays[0])
+    except GpuopsError:
+        return None
+    return info.run_id if (info.meta.get("job") or {}).get("id") == info.run_id else None
 
 
 def _logs_one(play: Play, render: Render, *, run_id: str | None, follow: bool, tail: int | None, no_abort: bool,

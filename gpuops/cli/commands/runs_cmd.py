@@ -119,4 +119,7 @@ def table(target: str, rows: list[dict[str, Any]], width: int | None = None) -> 
         dropped.append(name)
     if dropped:
         sys.stderr.write(f"({len(dropped)} columns hidden to fit; --json or a pipe shows all)\n")
-    return "".join(f"{target}: " + "  ".join(row[i].ljust(widths[i]) for i in keep).rstrip() + "\n" for row in lines)
+    hung = [f"{target}: {r.get('run')}: the job hung: {(r.get('job') or {})['hang'].get('text')}\n" for r in rows
+            if isinstance((r.get("job") or {}).get("hang"), dict)]  # a stalled torchrun job: where, in words
+    return "".join(f"{target}: " + "  ".join(row[i].ljust(widths[i]) for i in keep).rstrip() + "\n"
+                   for row in lines) + "".join(hung)

@@ -41,10 +41,12 @@ def _events(play: Play, run_id: str | None, recorded: bool) -> Iterator[Event | 
     picked = pick(play, run_id)
     if picked.row is not None:  # an earlier run: never live
         run, state, live = picked.row["run"], picked.row.get("outcome"), False
+        hang = (picked.row.get("job") or {}).get("hang")
     else:
         assert picked.info is not None  # pick gives an earlier run's row, or the current run
         run, state = picked.info.run_id, picked.info.state
         live = state == "running"
+        hang = (picked.info.abort_done or {}).get("hang")
     if not recorded and not live:
         raise NoRun(f"{play.target.name}: run {run} is not running ({state}): it has no live stacks",
                     hint="`gpuops logs --stacks` shows the stacks recorded before its abort")
@@ -59,9 +61,12 @@ def _events(play: Play, run_id: str | None, recorded: bool) -> Iterator[Event | 
     else:
         said = (f"{'recorded' if recorded else 'now'}: {len(rows)} Python process(es), {threads} thread(s)"
                 + (f"; no answer from pid {', '.join(silent)}" if silent else ""))
-    yield Outcome("stacks", ExitCode.OK, f"run {run}: {said}", {"run": run, "stacks": [_entry(r) for r in rows]})
+    if recorded and isinstance(hang, dict):  # a stalled torchrun job: where it hung, as every node read it
+        said += f"; the job hung: {hang.get('text')}"
+    yield Outcome("stacks", ExitCode.OK, f"run {run}: {said}", {"run": run, "stacks": [_entry(r) for r in rows],
+                                                                 **({"hang": hang} if recorded and isinstance(hang, dict) else {})})
 
 
 def _entry(row: dict[str, Any]) -> dict[str, Any]:
     """A process's line of the summary's `stacks` (as the abort record has it: no text)."""
-    return {k: row[k] for k in ("pid", "file", "threads", "via", "attempt", "error") if k in row}
+    return {k: row[k] for k in ("pid", "rank", "local_rank", "file", "threads", "via", "attempt", "error") if k in row}

@@ -75,12 +75,19 @@ def follow_job(nodes: list[Play], run_id: str, render: Terminal, report: Report,
     """Every node followed at once (each in a worker, as several targets are), then the job's summary."""
     import time
 
+    deadline = time.monotonic() + timeout if timeout else None
+    work = functools.partial(_follow_one, run_id=run_id, deadline=deadline)
+    return fan_job(nodes, work, run_id, render, report, as_json=as_json, verbose=verbose)
+
+
+def fan_job(nodes: list[Play], work: Any, run_id: str, render: Terminal, report: Report, *, as_json: bool,
+            verbose: bool) -> int:
+    """`work` for every node at once (each in a worker, as several targets are: `launch` and `logs -f` follow so),
+    then the job's one summary, the last word: the first failing node's code, not the worst of the nodes'."""
     from gpuops.cli.renderers.render import JsonRenderer
     from gpuops.client.launch.nodes_launch import node_ends
     from gpuops.client.nodes import job_outcome
 
-    deadline = time.monotonic() + timeout if timeout else None
-    work = functools.partial(_follow_one, run_id=run_id, deadline=deadline)
     fan = Fanout(nodes, lambda play: report.wrap(render, play), render, report, as_json=as_json, sum_up=False)
     fan.run(work)
     out = job_outcome(run_id, node_ends(nodes, run_id))

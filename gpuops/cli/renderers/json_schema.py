@@ -84,6 +84,7 @@ SHAPES: dict[str, Schema] = {
             "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S),
             "wait": opt(S)})),
         "telemetry": opt(OBJ), "compile_guard": opt(OBJ),
+        "hang": ref("hang_verdict"),
     }, ("id", "session", "state", "exit_code", "command_exit_code")),
     "connection": closed({
         "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
@@ -96,7 +97,16 @@ SHAPES: dict[str, Schema] = {
     # One Python process's thread stacks (the abort record's `stacks`, the summary's): where they are kept
     # in the run directory (null: it did not answer, `error` says why), how many threads, taken how.
     "stack_process": closed({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
-                             "attempt": I, "error": S}, ("pid", "file", "threads", "via")),
+                             "attempt": I, "error": S,
+                             "rank": I, "local_rank": I}, ("pid", "file", "threads", "via")),
+    # Where a stalled torchrun job hung (gpuops/agent/wire/hang.py): the collective, who waits, who never came.
+    "hang_verdict": closed({
+        "source": opt({"enum": ["flight-recorder", "stacks"]}), "text": S, "notes": arr(S),
+        "collective": closed({"seq": I, "op": S, "pg": S, "pg_desc": S, "backend": S, "sizes": {}, "timeout_ms": I}),
+        "waiting": arr(closed({"rank": I, "node": S}, ("rank", "node"))),
+        "missing": arr(closed({"rank": I, "node": S, "last": opt(I), "where": S}, ("rank", "node"))),
+        "unknown": arr(I), "culprit_node": opt(S), "culprit_rank": I,
+    }, ("text",)),
     "job_node": closed({"node": S, "node_rank": I, "outcome": S, "exit_code": opt(EXIT)}, ("node", "node_rank", "outcome")),
     # The quiet-failure detectors' rules (a `match` with `figures`, a run's `findings`) and notes (a `watchdog`
     # `note`), from gpuops/agent/wire/detector_list.py: each names its playbook key under watch:.
@@ -148,15 +158,18 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     "reconnected": ({"offset": I}, ("offset",)),
     "timeout": ({}, ()),
     # -- stopping (launch, logs -f, stop) ------------------------------------------------------------
-    "abort_start": ({"reason": REASON, "rule": opt(S), "by": WHO, "phase": opt(S)}, ("reason",)),
+    "abort_start": ({"reason": REASON, "rule": opt(S), "by": WHO, "phase": opt(S),
+                     "verdict_pending": B}, ("reason",)),
     "aborted": ({
         "reason": REASON, "rule": opt(S), "by": opt(WHO), "survivors": arr(I), "gpus": arr(ref("gpu_drained")),
         "held_by": opt(by_gpu(arr(I))), "seconds": N, "session_gone_at": opt(N), "time": S,
         "stacks": arr(ref("stack_process")),
+        "hang": ref("hang_verdict"), "verdict_pending": B,
     }, ("reason", "survivors", "gpus", "seconds")),
     # -- stacks, logs --stacks ------------------------------------------------------------------------
     "stacks": ({"pid": I, "file": opt(S), "threads": I, "via": opt({"enum": ["py-spy", "faulthandler"]}),
-                "attempt": I, "error": S, "text": S}, ("run", "pid", "file", "threads", "via", "text")),
+                "attempt": I, "error": S, "text": S,
+                "rank": I, "local_rank": I}, ("run", "pid", "file", "threads", "via", "text")),
     "stopped_elsewhere": ({"reason": opt(S), "stopped_by": opt(S), "rule": opt(S), "by": WHO}, ("stopped_by",)),
     "survivors": ({"pids": arr(I), "by": WHO}, ("pids",)),
     # -- notifications (playbook `notify:`, docs/notify.md) -------------------------------------------
@@ -164,6 +177,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "playbook": S, "outcome": S, "exit_code": opt(EXIT),
         "rule": opt(S), "excerpt": opt(S), "attempt": I, "max_attempts": I, "text": S, "by": opt(S),
         "command_exit_code": opt(I), "stacks": arr(ref("stack_process")), "restart_failed": S,
+        "hang": ref("hang_verdict"),
     }, ("run", "what", "playbook", "outcome", "exit_code", "rule", "excerpt", "attempt", "max_attempts", "text")),
     "notify_sent": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": I, "via": NOTIFY_VIA, "status": I, "exit": I,
@@ -217,6 +231,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "error": S, "hint": S, "thresholds": OBJ, "gpu": I, "output_tail": arr(S),
         "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr({"anyOf": [ref("connection"), ref("broken_target")]}),
         "job": S, "nodes": {"anyOf": [arr(S), arr(ref("job_node"))]}, "first_failing_node": S, "node_rank": I, "detached": B,
+        "hang": ref("hang_verdict"),
     }, ("outcome", "exit_code", "message")),
 }
 

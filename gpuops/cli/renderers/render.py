@@ -263,6 +263,8 @@ class TextRenderer:
                      + (f"; SURVIVORS {ev.get('survivors')}" if ev.get("survivors") else "")
                      + "".join(f"; GPU {g} DID NOT DRAIN (held by pids {held or 'not listed'})"
                                for g, held in (ev.get("held_by") or {}).items()))
+            if (ev.get("hang") or {}).get("text"):
+                self.say(f"{tag} WHERE THE JOB HUNG: {ev.get('hang')['text']}")
         elif k == "stacks":
             self._stacks(ev, tag)
         elif k == "job_planned":
@@ -291,11 +293,12 @@ class TextRenderer:
         """One process's threads on stdout (they are what the command prints): a head line, then py-spy's or
         faulthandler's own text, as kept on the target."""
         attempt = f" of attempt {ev.get('attempt')}" if ev.get("attempt") else ""
+        rank = f" (rank {ev.get('rank')})" if ev.get("rank") is not None else ""
         if not ev.get("file"):
-            lines = [f"{tag} pid {ev.get('pid')}{attempt}: no stacks ({ev.get('error') or 'no answer'})"]
+            lines = [f"{tag} pid {ev.get('pid')}{rank}{attempt}: no stacks ({ev.get('error') or 'no answer'})"]
         else:
             pad = f"{tag} " if self.multi else ""
-            lines = [f"{tag} pid {ev.get('pid')}{attempt}: {ev.get('threads')} thread(s) via {ev.get('via')} "
+            lines = [f"{tag} pid {ev.get('pid')}{rank}{attempt}: {ev.get('threads')} thread(s) via {ev.get('via')} "
                      f"({ev.get('file')} in the run directory)"]
             lines += [pad + line for line in str(ev.get("text") or "").splitlines() if not line.startswith("#")]
         sys.stdout.write("".join(printable(line) + "\n" for line in lines))

@@ -97,6 +97,9 @@ def session_words(s: ProbeSession) -> str:
     else:
         text += f"; matched {rule}" if rule else ""
         text += f"; stopped by {_STOPPED_BY.get(by, by)}" if by else ""
+    hang = (s.run.abort_done or {}).get("hang")
+    if isinstance(hang, dict) and hang.get("text"):  # a stalled torchrun job: where it hung, as every node read it
+        text += f"; the job hung: {hang['text']}"
     text += throughput_words(s.run) if s.alive else ""
     return text + guard_words(s.run) + watchdog_words(s.run)
 

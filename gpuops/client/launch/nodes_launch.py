@@ -125,5 +125,7 @@ def node_ends(nodes: list[Play], run_id: str) -> list[Any]:
 
         exit_text = None if info.exit_code is None else str(info.exit_code)
         state, code = outcome(exit_text, info.abort, info.session_alive)
-        ends.append(NodeEnd(play.target.name, rank, str(getattr(state, "value", state)), code, info.abort))
+        hang = (info.abort_done or {}).get("hang")
+        ends.append(NodeEnd(play.target.name, rank, str(getattr(state, "value", state)), code, info.abort,
+                            hang if isinstance(hang, dict) else None))
     return ends

@@ -7,7 +7,8 @@ from gpuops.config.playbook_model import Torchrun
 from gpuops.config.yamlpos import Node
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
-TORCHRUN_KEYS = ("nproc_per_node", "port", "collective_timeout", "async_error_handling")
+
+TORCHRUN_KEYS = ("nproc_per_node", "port", "collective_timeout", "async_error_handling", "flight_recorder")
 MAX_NODES = 64
 
 
@@ -51,4 +52,6 @@ def parse_torchrun(node: Node | None, nodes: tuple[str, ...], nodes_node: Node |
         fields["collective_timeout"] = s.seconds(n, zero_ok=False)
     if (n := sec.get("async_error_handling")) is not None:
         fields["async_error_handling"] = s.boolean(n)
+    if (n := sec.get("flight_recorder")) is not None:
+        fields["flight_recorder"] = s.boolean(n)
     return Torchrun(**fields)  # type: ignore[arg-type]

@@ -2,10 +2,11 @@
 and training (sh/common.sh pythonpath_env), so Python's ``site`` imports this file at start-up in each.
 
 It loads the agent package beside it under a private name (nothing is added to sys.path), registers
-gpuops' faulthandler for the run's stacks (guard/stackdump.py; where watch.stacks is not off), installs
-the compile guard's import hook with ``launch.compile_guard`` (GPUOPS_COMPILE_GUARD=1), then runs the
-``sitecustomize`` this one hides, if the environment has one further down sys.path. Nothing here
-imports torch.
+gpuops' faulthandler for the run's stacks (guard/stackdump.py; where watch.stacks is not off), in a rank of
+a torchrun job starts the Flight Recorder helper (guard/flight_helper.py: a thread that waits on a FIFO) and
+makes the job's collective timeout the process group's default (guard/pg_timeout.py), installs the compile
+guard's import hook with ``launch.compile_guard`` (GPUOPS_COMPILE_GUARD=1), then runs the ``sitecustomize``
+this one hides, if the environment has one further down sys.path. Nothing here imports torch.
 """
 
 import os
@@ -59,6 +60,12 @@ if __name__ == "sitecustomize":
             _load("guard.stackdump").install()
         except Exception as exc:  # stacks must never stop the training from starting
             sys.stderr.write("gpuops stacks: faulthandler not registered: %s: %s\n" % (exc.__class__.__name__, exc))
+    if os.environ.get("GPUOPS_RUN_DIR") and os.environ.get("RANK"):  # a rank that torchrun started in a gpuops job
+        for _part in ("guard.flight_helper", "guard.pg_timeout"):
+            try:
+                _load(_part).install()
+            except Exception as exc:  # the job's helpers must never stop the training from starting
+                sys.stderr.write("gpuops %s: not installed: %s: %s\n" % (_part, exc.__class__.__name__, exc))
     if os.environ.get("GPUOPS_COMPILE_GUARD") == "1":
         try:
             _load("guard.importhook").install()

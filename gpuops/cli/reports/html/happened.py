@@ -15,7 +15,8 @@ WHY = {"stall": "a stall", "match": "a rule matched", "stop": "gpuops stop", "ti
        "pane": "a Ctrl-C in the pane", "job": "another node ended the job", "interrupt": "Ctrl-C"}
 #: Fields said elsewhere in the report, or of no use to a reader.
 HIDDEN = ("event", "ts", "schema_version", "by", "gpus", "advice", "stacks", "figures", "previous", "time",
-          "session_gone_at")
+          "session_gone_at",
+          "hang", "verdict_pending")
 
 
 def number(value: Any) -> str:
@@ -77,6 +78,8 @@ def _aborted(ev: dict[str, Any]) -> str:
         said += f"; stacks of {len(taken)} of {len(stacks)} processes taken before the signal"
     if ev.get("held_by"):
         said += f"; GPUs still held by {words(ev.get('held_by'))}"
+    if isinstance(ev.get("hang"), dict) and ev["hang"].get("text"):
+        said += f"; the job hung: {words(ev['hang']['text'])}"
     return said
 
 

@@ -225,6 +225,9 @@ def summary_rows(rec: dict[str, Any], target: str, said: dict[str, Any]) -> list
         ("command exit status", "-" if prof.get("command_exit_code") is None else words(prof["command_exit_code"])),
         ("findings", words(prof.get("findings") or "none")),
     ]
+    hang = (rec.get("abort_done") or {}).get("hang")
+    if isinstance(hang, dict) and hang.get("text"):  # a stalled torchrun job: where it hung, as every node read it
+        rows.insert(4, ("where the job hung", words(hang["text"])))
     if rec.get("session_alive"):
         rows.insert(1, ("state", "still running when this report was written"))
     return rows
