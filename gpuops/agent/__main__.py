@@ -20,6 +20,9 @@ TOOLS = {
     "notify": "notify.sender",  # deliver one queued notification of a run (started detached by the watchdog)
     "notify-test": "notify.sender",  # try every notify channel of a playbook once, from here
     "job-store": "run.jobstore",  # one node's link to its torchrun job's rendezvous store (needs the training's torch)
+    "xids": "run.xids",  # on the host: the Xids of its kernel log's last seconds, classified
+    "host-watch": "watch.hostwatch",  # on the host: follow its kernel log for a run's GPUs while the run lives
+    "host-link": "watch.hostlink",  # beside the run: what the host's follower hands over, into the run directory
 }
 
 
