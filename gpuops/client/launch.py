@@ -13,7 +13,8 @@ from gpuops.client.door import commands
 from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
-from gpuops.client.preflight import LaunchLock, evaluate
+from gpuops.client.health import XidsSoon, meta_state, start_host_watch
+from gpuops.client.preflight import LaunchLock, evaluate, xid_window
 from gpuops.client.runspec import meta, prepare_spec
 from gpuops.client.uninterruptible import shielded
 from gpuops.client.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
@@ -24,16 +25,18 @@ from gpuops.agent.wire import protocol as p
 
 def launch(play: Play, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
     """Run the whole flow; the last item is the Outcome."""
-    deadline = time.monotonic() + timeout if timeout else None
+    began = time.monotonic()
+    deadline = began + timeout if timeout else None
     target = play.target.name
     lock = LaunchLock(play)
+    xids = XidsSoon(play, xid_window(play))  # the host's kernel log, read beside the lock's round trip
     probe = lock.acquire()
     run_id: str | None = None
     started = False
     try:
         if lock.stale_holder:
             yield Event("lock_recovered", target, None, {"holder": lock.stale_holder})
-        yield from evaluate(play, probe)
+        health = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         _prepare(play, run_id)
         yield Event("run_created", target, run_id, {"session": play.session})
@@ -52,10 +55,11 @@ def launch(play: Play, *, detach: bool = False, timeout: float | None = None) ->
                 yield Outcome("timeout", ExitCode.TIMEOUT, f"--timeout ran out during warmup on GPU {exc.gpu}; training not started", {"run": run_id})
                 return
             raise
-        _start(play, run_id, durations)
+        _start(play, run_id, durations, host_kernel_log=meta_state(play, health))
         started = True
         yield Event("started", target, run_id, {"session": play.session, "log": f"~/.gpuops/runs/{run_id}/log",
                                                 "warmup_seconds": durations, "watchdog": True})
+        yield from start_host_watch(play, run_id, health, began)
     except RunStopped as exc:
         yield Outcome("stopped", exc.exit_code, str(exc), {"run": run_id})
         return
@@ -89,9 +93,9 @@ def _record(play: Play, run_id: str, phase: str, *, quiet: bool = False, **extra
             raise
 
 
-def _start(play: Play, run_id: str, durations: dict[str, float]) -> None:
+def _start(play: Play, run_id: str, durations: dict[str, float], **extra: Any) -> None:
     """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
-    _record(play, run_id, "running", warmup_seconds=durations)
+    _record(play, run_id, "running", warmup_seconds=durations, **extra)
     play.door.start(run_id, play.session)
 
 

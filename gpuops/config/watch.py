@@ -10,12 +10,12 @@ from gpuops.agent.wire import watchfile as wf
 from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, DetectorSettings
 from gpuops.config import schema as s
 from gpuops.config.detector_keys import compile_pattern, parse_detector
-from gpuops.config.playbook_model import EnvVar, RuleSpec, StallAuto, Watch
+from gpuops.config.playbook_model import HOST_LOG_MODES, EnvVar, RuleSpec, StallAuto, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError, Mark
 
 WATCH_KEYS = ("builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval") + tuple(
-    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks")
+    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "host_kernel_log")
 RULE_KEYS = ("name", "pattern", "action")
 STALL_AUTO_KEYS = ("floor", "factor", "settle", "initial")
 # Detectors report as rules of these names; their actions are set under their own keys.
@@ -53,6 +53,8 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
         fields["recompiles"] = s.boolean(n)
     if (n := sec.get("stacks")) is not None:
         fields["stacks"] = s.choice(n, wf.STACKS_POLICIES, "when to record the training's stacks")
+    if (n := sec.get("host_kernel_log")) is not None:
+        fields["host_kernel_log"] = s.choice(n, HOST_LOG_MODES, "whether to follow the host's kernel log for Xids")
     return Watch(**fields)  # type: ignore[arg-type]
 
 
