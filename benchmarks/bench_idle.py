@@ -69,6 +69,43 @@ def bench_wd_idle(args: Any) -> list[Row]:
                                      f"{loops:.3f}% (/proc schedstat), the commands it ran and reaped {reaped:.3f}% (ticks)")]
 
 
+def bench_wd_idle_metrics(args: Any) -> list[Row]:
+    """wd-idle's run with `watch.metrics.textfile` on (the run's *.prom rewritten every sample interval) in CT 200,
+    beside the same run without it in CT 201, measured over the same seconds: what the textfile costs."""
+    from benchkit import rss_mib
+
+    site = Site(Path(tempfile.mkdtemp(prefix="gpuops-bench-")), cts=(200, 201))
+    folder = site.tmp / "textfile"
+    folder.mkdir()
+    try:
+        cmd = "fake-train --mode perf --interval 1 --duration 3600 --gpus 0,1,2,3,4,5,6,7"
+        pids, pbs = {}, {}
+        for ct, metrics in ((200, {"textfile": str(folder)}), (201, None)):
+            watch = {"sample_interval": 2, **({"metrics": metrics} if metrics else {})}
+            pbs[ct] = site.playbook(f"idle{ct}", cmd, ct=ct, gpus=tuple(range(8)), watch=watch)
+            d = site.run_dir(site.launch_detached(pbs[ct]), ct)
+            pids[ct] = wait_watching(d)
+            wait_for(lambda: len(children(pids[ct])) >= 2, 30, f"CT {ct}'s two nvidia-smi loops")
+        wait_for(lambda: any(folder.glob("gpuops-*.prom")), 30, "the run's textfile")
+        time.sleep(3)  # past the start-up
+        t0, before = time.time(), {ct: _tree_cpu(pid) for ct, pid in pids.items()}
+        time.sleep(args.idle_cpu_seconds)
+        wall, after = time.time() - t0, {ct: _tree_cpu(pid) for ct, pid in pids.items()}
+        rss = {ct: rss_mib(pid) for ct, pid in pids.items()}
+        files = sorted(p.name for p in folder.iterdir())
+        for pb in pbs.values():
+            site.gpuops("stop", playbook=pb)
+    finally:
+        site.close()
+    if any(v is None for v in (*before.values(), *after.values())):
+        raise RuntimeError("a watchdog ended during the measurement")
+    cpu = {ct: sum(100 * (b - a) / wall for a, b in zip(before[ct], after[ct])) for ct in pids}  # type: ignore[arg-type]
+    return [Row(f"watchdog CPU idle with watch.metrics.textfile, 1 line/s, 8 GPUs sampled every 2 s ({wall:.0f} s)",
+                [cpu[200]], unit="%", baseline_name="the same run without metrics, same seconds", baseline=[cpu[201]],
+                target="<= 0.25% of one core", met=cpu[200] <= 0.25,
+                note=f"RSS {rss[200]:.1f} MiB with the textfile, {rss[201]:.1f} MiB without; the folder held {files}")]
+
+
 def _latencies(d: Path) -> list[float]:
     out = []
     for ev in events(d):

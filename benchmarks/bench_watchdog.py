@@ -74,9 +74,9 @@ def _ready(site: Site, playbook: Path) -> Path:
     return d
 
 
-def _watchdog_trial(site: Site, i: int) -> tuple[float, float, str, bool]:
-    go = site.tmp / f"go-wd-{i}"
-    d = _ready(site, site.playbook("race", _trainer(go)))
+def _watchdog_trial(site: Site, i: int, watch: dict[str, Any] | None = None) -> tuple[float, float, str, bool]:
+    go = site.tmp / f"go-wd-{i}{'-m' if watch else ''}"
+    d = _ready(site, site.playbook("race", _trainer(go), watch=watch))
     gone, drained, record = _race(site, d, go)
     wait_for(lambda: heartbeat(d).get("state") == "done", 60, "the watchdog to finish")
     return gone, drained, str(record.get("by")), bool(record["drained"])
@@ -140,6 +140,35 @@ def bench_wd_abort(args: Any) -> list[Row]:
                          f"(client: {med(cl_gone) * 1000:.0f} / {max(cl_gone) * 1000:.0f} ms); "
                          f"abort.json by: {counts}; GPUs at 0 MiB in abort-done.json in {zero}/{len(by)} runs")]
     finally:
+        site.close()
+
+
+def bench_wd_abort_metrics(args: Any) -> list[Row]:
+    """The watchdog's abort with its metrics places failing (watch.metrics.textfile a folder under a file, so every
+    write fails; a Pushgateway that accepts connections and never answers), beside the same abort without metrics,
+    interleaved: a failing metrics place must not slow the abort."""
+    import socket
+
+    site = Site(Path(tempfile.mkdtemp(prefix="gpuops-bench-")))
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    blocker = site.tmp / "not-a-folder"
+    blocker.write_text("a file\n")
+    metrics = {"metrics": {"textfile": str(blocker / "textfile"), "pushgateway": f"http://127.0.0.1:{silent.getsockname()[1]}",
+                           "keep_ended": 0}}
+    try:
+        failing, plain = [], []
+        for i in range(args.abort_runs):
+            failing.append(_watchdog_trial(site, i, metrics)[1])
+            plain.append(_watchdog_trial(site, i)[1])
+        med = statistics.median
+        return [Row(f"watchdog abort with failing metrics places: FX trace -> GPUs drained ({len(failing)} runs)", failing,
+                    baseline_name="the same abort without metrics", baseline=plain,
+                    target="median within 20% of the baseline", met=med(failing) <= 1.2 * med(plain) + 0.01,
+                    note="textfile: a folder under a regular file (every write fails); Pushgateway: accepts, never answers")]
+    finally:
+        silent.close()
         site.close()
 
 

@@ -2,8 +2,8 @@
 
     python3 benchmarks/run.py                 # all of them (about 14 minutes on 2 cores)
     python3 benchmarks/run.py startup status  # some of them: startup status abort follow scan
-                                              #   wd-abort wd-cpu wd-kill guard telemetry faults compile-guard
-                                              #   wd-idle wd-latency first-contact
+                                              #   wd-abort wd-abort-metrics wd-cpu wd-kill guard telemetry faults compile-guard
+                                              #   wd-idle wd-idle-metrics wd-latency first-contact
     python3 benchmarks/run.py --scan-mb 1024 --abort-runs 20
     python3 benchmarks/run.py --venv          # gpuops from a clean venv, installed as users install it
 
@@ -33,10 +33,10 @@ from benchkit import GPUOPS, ROOT, Row, pct, servers as _servers, stop as _stop,
 from bench_compile_guard import bench_compile_guard
 from bench_faults import bench_faults
 from bench_guard import bench_guard
-from bench_idle import bench_first_contact, bench_wd_idle, bench_wd_latency
+from bench_idle import bench_first_contact, bench_wd_idle, bench_wd_idle_metrics, bench_wd_latency
 from bench_ssh import bench_status
 from bench_wdcost import bench_telemetry, bench_wd_cpu
-from bench_watchdog import bench_wd_abort, bench_wd_kill
+from bench_watchdog import bench_wd_abort, bench_wd_abort_metrics, bench_wd_kill
 from bench import FakeProxmox, SshServer  # noqa: E402
 from bench.inventory import write_inventory  # noqa: E402
 
@@ -231,6 +231,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "follow": bench_follow,
     "scan": bench_scan,
     "wd-abort": bench_wd_abort,
+    "wd-abort-metrics": bench_wd_abort_metrics,
     "wd-cpu": bench_wd_cpu,
     "wd-kill": bench_wd_kill,
     "guard": bench_guard,
@@ -238,6 +239,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "telemetry": bench_telemetry,
     "faults": bench_faults,
     "wd-idle": bench_wd_idle,
+    "wd-idle-metrics": bench_wd_idle_metrics,
     "wd-latency": bench_wd_latency,
     "first-contact": bench_first_contact,
 }

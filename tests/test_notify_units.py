@@ -17,9 +17,9 @@ import pytest
 
 from bench.hook import Hook
 from bench.playbooks import playbook_error, write_playbook
-from gpuops.agent.notify import deliver, outbox, payload, sender
+from gpuops.agent.notify import deliver, outbox, payload, sender, webhook
 from gpuops.agent.wire.masking import Masker
-from gpuops.agent.wire.watchfile import parse
+from gpuops.agent.wire.watchfile import channel, parse
 from gpuops.cli.json_schema import schema
 from gpuops.config import load_playbook
 
@@ -44,10 +44,11 @@ def test_channels_read_with_their_defaults_and_a_secret_url_from_the_environment
         """)
     pb = load_playbook(path, environ={"HOOK_URL": "https://hooks.example.org/T0/B0/s3cr3t"})
     first, second, third = pb.notify
-    assert (first.on, first.secret, first.format, first.webhook) == (
+    assert (first.on, first.settings.secret, first.settings.format, first.settings.webhook) == (
         ("aborted", "restarted", "ended"), True, "json", "https://hooks.example.org/T0/B0/s3cr3t")
-    assert (second.on, second.secret, second.format) == (("ended", "warned"), False, "slack")
-    assert third.command and third.on == ("stalled",)
+    assert (second.on, second.settings.secret, second.settings.format) == (("ended", "warned"), False, "slack")
+    assert third.settings.command and third.on == ("stalled",)
+    assert [c.kind for c in pb.notify] == ["webhook", "webhook", "command"]  # each channel's kind, named
     assert "https://hooks.example.org/T0/B0/s3cr3t" in pb.secrets  # masked wherever gpuops speaks
     assert first.shown == "webhook ***"
 
@@ -128,7 +129,7 @@ def test_a_success_a_warning_a_stall_and_a_test_validate(tmp_path: Path) -> None
 
 def test_one_post_reaches_the_hook_and_says_its_status() -> None:
     with Hook(200) as hook:
-        answer = deliver.post(hook.url, b'{"a": 1}', Masker([]))
+        answer = webhook.post(hook.url, b'{"a": 1}', Masker([]))
         assert answer == {"ok": True, "status": 200}
         assert hook.got == [{"a": 1}]
 
@@ -136,37 +137,37 @@ def test_one_post_reaches_the_hook_and_says_its_status() -> None:
 @pytest.mark.parametrize(("status", "retry"), [(500, True), (429, True), (404, False)])
 def test_an_http_error_says_its_status_and_whether_it_is_worth_another_try(status: int, retry: bool) -> None:
     with Hook(status) as hook:
-        answer = deliver.post(hook.url, b"{}", Masker([]))
+        answer = webhook.post(hook.url, b"{}", Masker([]))
     assert (answer["ok"], answer["status"], answer["retry"]) == (False, status, retry)
 
 
 def test_a_hook_that_never_answers_costs_one_timeout_and_the_reason_hides_a_secret_url() -> None:
     with Hook(None, path="/T0/B0/s3cr3t-path") as hook:
         started = time.monotonic()
-        answer = deliver.post(hook.url, b"{}", Masker([hook.url]), timeout=0.5)
+        answer = webhook.post(hook.url, b"{}", Masker([hook.url]), timeout=0.5)
         assert hook.open == 1  # the connection is still held: the try gave up on its own timeout
         assert time.monotonic() - started < 5
     assert not answer["ok"] and answer["retry"] and "no answer within 0.5s" in answer["reason"]
-    bad = deliver.post("http://127.0.0.1:1/s3cr3t-path", b"{}", Masker(["http://127.0.0.1:1/s3cr3t-path"]))
+    bad = webhook.post("http://127.0.0.1:1/s3cr3t-path", b"{}", Masker(["http://127.0.0.1:1/s3cr3t-path"]))
     assert "s3cr3t" not in bad["reason"] and "cannot reach the hook" in bad["reason"]
 
 
 def test_retries_back_off_and_stop_at_a_final_answer() -> None:
     slept: list[float] = []
     with Hook(503) as hook:
-        answer = deliver.with_retries({"webhook": hook.url}, {"text": "t"}, since=time.time(), folder="/", payload_file="",
-                                      output="", mask=Masker([]), retry_for=20.0, sleep=slept.append)
+        answer = deliver.with_retries(channel({"webhook": hook.url}), {"text": "t"}, since=time.time(), folder="/",
+                                      payload_file="", output="", mask=Masker([]), retry_for=20.0, sleep=slept.append)
         assert len(hook.got) == answer["tries"] == len(slept) + 1 and slept[:3] == [1.0, 2.0, 5.0]
     assert not answer["ok"] and "tried" in answer["reason"]
     with Hook(404) as hook:
-        answer = deliver.with_retries({"webhook": hook.url, "format": "slack"}, {"text": "a line"}, since=time.time(),
-                                      folder="/", payload_file="", output="", mask=Masker([]), sleep=slept.append)
+        answer = deliver.with_retries(channel({"webhook": hook.url, "format": "slack"}), {"text": "a line"},
+                                      since=time.time(), folder="/", payload_file="", output="", mask=Masker([]), sleep=slept.append)
         assert answer["tries"] == 1 and hook.got == [{"text": "a line"}]  # slack: {"text": ...} only
 
 
 def test_a_redirect_is_a_failure_with_its_status_and_the_payload_never_goes_out_as_a_get() -> None:
     with Hook(redirect="/elsewhere") as hook:
-        answer = deliver.post(hook.url, b'{"what": "aborted"}', Masker([]))
+        answer = webhook.post(hook.url, b'{"what": "aborted"}', Masker([]))
         assert hook.gets == []  # followed, the POST would have become a GET answered 200
     assert (answer["ok"], answer["status"], answer["retry"]) == (False, 302, False), answer
     assert "never follows a redirect" in answer["reason"]
@@ -176,7 +177,7 @@ def test_a_hook_that_trickles_its_answer_fails_within_the_try_limit_and_within_t
     with Hook(trickle=True) as hook:
         done: list[dict] = []
         worker = threading.Thread(target=lambda: done.append(deliver.with_retries(
-            {"webhook": hook.url}, {"text": "t"}, since=time.time(), folder="/", payload_file="", output="",
+            channel({"webhook": hook.url}), {"text": "t"}, since=time.time(), folder="/", payload_file="", output="",
             mask=Masker([]), retry_for=3.0, sleep=lambda _s: None)), daemon=True)
         worker.start()
         worker.join(20)  # one byte a second of a 1000-byte answer: 17 minutes, were each read alone bounded
@@ -199,17 +200,17 @@ def test_every_part_of_a_secret_url_is_masked_in_every_form() -> None:
 def test_a_url_with_credentials_is_delivered_with_basic_auth_and_a_path_with_a_space_quoted() -> None:
     with Hook(path="/s3cr3t tok") as hook:
         url = f"http://user:pa55word@127.0.0.1:{hook.port}/s3cr3t tok"
-        answer = deliver.post(url, b"{}", Masker([url]))
+        answer = webhook.post(url, b"{}", Masker([url]))
         assert answer == {"ok": True, "status": 200}, answer
         assert hook.paths == ["/s3cr3t%20tok"]
         assert hook.auth == ["Basic " + base64.b64encode(b"user:pa55word").decode()]
-    refused = deliver.post("http://user:pa55word@127.0.0.1:1/x", b"{}", Masker(["http://user:pa55word@127.0.0.1:1/x"]))
+    refused = webhook.post("http://user:pa55word@127.0.0.1:1/x", b"{}", Masker(["http://user:pa55word@127.0.0.1:1/x"]))
     assert not refused["ok"] and "pa55word" not in refused["reason"] and "cannot reach the hook" in refused["reason"]
 
 
 def test_a_hooks_reason_phrase_is_kept_with_its_control_characters_escaped() -> None:
     with Hook(500, phrase="\x1b]0;owned\x07\x1b[2J\x9bBoom") as hook:
-        answer = deliver.post(hook.url, b"{}", Masker([]))
+        answer = webhook.post(hook.url, b"{}", Masker([]))
     assert answer["status"] == 500 and answer["reason"].startswith("HTTP 500 "), answer
     assert "\x1b" not in answer["reason"] and "\x07" not in answer["reason"] and "\x9b" not in answer["reason"]
     assert "\\x1b]0;owned\\x07" in answer["reason"]
@@ -218,8 +219,8 @@ def test_a_hooks_reason_phrase_is_kept_with_its_control_characters_escaped() -> 
 def test_slack_gets_a_log_lines_markup_escaped() -> None:
     line = "loss <!channel> see <https://evil.example/x|gpuops logs> & more"
     with Hook() as hook:
-        deliver.with_retries({"webhook": hook.url, "format": "slack"}, {"text": line}, since=time.time(), folder="/",
-                             payload_file="", output="", mask=Masker([]))
+        deliver.with_retries(channel({"webhook": hook.url, "format": "slack"}), {"text": line}, since=time.time(),
+                             folder="/", payload_file="", output="", mask=Masker([]))
         (got,) = hook.got
     assert got == {"text": "loss &lt;!channel&gt; see &lt;https://evil.example/x|gpuops logs&gt; &amp; more"}
 
@@ -228,11 +229,11 @@ def test_a_command_channel_gets_a_nul_as_text_and_keeps_only_its_outputs_tail(tm
     out, seen = tmp_path / "out", tmp_path / "seen"
     (tmp_path / "workdir").write_text(str(tmp_path))
     command = f'printf %s "$GPUOPS_NOTIFY_TEXT" > {seen}; head -c 3000000 /dev/zero | tr "\\0" x; echo; echo END'
-    answer = deliver.with_retries({"command": command}, {"text": "loss \x00 nan"}, since=time.time(),
+    answer = deliver.with_retries(channel({"command": command}), {"text": "loss \x00 nan"}, since=time.time(),
                                   folder=str(tmp_path), payload_file="", output=str(out), mask=Masker([]))
     assert answer["ok"] and seen.read_text() == "loss \\x00 nan", answer
-    again = deliver.once({"command": command + "; exit 3"}, {"text": "t"}, folder=str(tmp_path), payload_file="",
-                         output=str(out), mask=Masker([]))
+    again = deliver.once(channel({"command": command + "; exit 3"}), {"text": "t"}, folder=str(tmp_path),
+                         payload_file="", output=str(out), mask=Masker([]))
     assert again["exit"] == 3  # a second try appends, and the file still keeps the tail only
     assert out.stat().st_size == deliver.OUTPUT_LIMIT and out.read_bytes().endswith(b"x\nEND\n")
 

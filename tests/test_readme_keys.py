@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.wire.detector_list import DETECTORS
-from gpuops.config import inventory, notify_keys, playbook, watch
+from gpuops.config import inventory, metrics_keys, notify_keys, playbook, watch
 from gpuops.config import restart_keys as restart
 from gpuops.config import torchrun_keys as torchrun
 
@@ -44,6 +44,7 @@ def playbook_keys() -> list[str]:
     for section, names in (("preflight", playbook.PREFLIGHT_KEYS), ("warmup", playbook.WARMUP_KEYS),
                            ("launch", playbook.LAUNCH_KEYS), ("launch.torchrun", torchrun.TORCHRUN_KEYS),
                            ("abort", playbook.ABORT_KEYS), ("watch", watch.WATCH_KEYS), ("restart", restart.RESTART_KEYS),
+                           ("watch.metrics", metrics_keys.METRICS_KEYS),
                            *((f"watch.{d.key}", tuple(k.name for k in d.keys)) for d in DETECTORS)):
         keys += [f"{section}.{k}" for k in names]
     return keys

@@ -137,7 +137,7 @@ def test_a_watchdog_that_cannot_start_fails_the_launch_before_training(ct: Ct) -
     assert json.loads((ct.run_dir() / "meta.json").read_text())["phase"] == "start-failed"
     status = ct.gpuops("status", "--json")
     (session,) = [s for s in status.events()[0]["sessions"] if s["session"] == SESSION]
-    assert session["run"]["state"] == "failed-before-start"  # not a lost run
+    assert session["run"]["state"] == "not-started"  # not a lost run
 
 
 def test_a_target_without_python3_fails_preflight_with_exit_4(ct: Ct) -> None:

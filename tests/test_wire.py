@@ -166,7 +166,7 @@ def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
     """status's `state`, runs' `outcome` and profile.json's `outcome` come from one enum, and print,
     compare and serialise as the same words as before."""
     words = {"warming", "running", "aborting", "exited", "succeeded", "failed", "aborted", "stalled", "timeout",
-             "stopped", "lost", "failed-before-start", "not-started", "interrupted",
+             "stopped", "lost", "not-started", "interrupted",
              "restarting",  # restarting: an attempt ended and the watchdog starts the next (playbook restart:)
              "hardware"}  # hardware: a GPU of the run failed (docs/health.md)
     assert {s.value for s in p.RunState} == words
@@ -272,4 +272,6 @@ def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_fo
     throughput = cfg.detectors.of("throughput")
     assert (throughput.pattern, throughput.action, throughput.window) == (r"tok/s (\d+)", "abort", 10.0)
     assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
-                            "notify": [], "gpu_xid": None, "gpu_ecc": None, "gpu_lost": None, "gpu_slowdown": None}
+                            "notify": [], "metrics": {"textfile": None, "pushgateway": None, "secret": False,
+                                                      "keep_ended": watchfile.METRICS_KEEP_ENDED},
+                            "gpu_xid": None, "gpu_ecc": None, "gpu_lost": None, "gpu_slowdown": None}

@@ -19,6 +19,8 @@ TOOLS = {
     "report": "run.collect",  # one run's records, samples and events for its report, as one JSON object
     "notify": "notify.sender",  # deliver one queued notification of a run (started detached by the watchdog)
     "notify-test": "notify.sender",  # try every notify channel of a playbook once, from here
+    "metrics": "metrics.tool",  # the runs of this target that go on or ended lately, for `gpuops metrics`
+    "metrics-expire": "metrics.expire",  # an ended run's metrics taken away after keep_ended (started by the watchdog)
     "job-store": "run.jobstore",  # one node's link to its torchrun job's rendezvous store (needs the training's torch)
     "xids": "run.xids",  # on the host: the Xids of its kernel log's last seconds, classified
     "host-watch": "watch.hostwatch",  # on the host: follow its kernel log for a run's GPUs while the run lives

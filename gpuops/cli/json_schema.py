@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuops.agent.wire.channel_list import kinds as channel_kinds
 from gpuops.agent.wire.detector_list import DETECTORS, notes as detector_notes, rules as detector_rules
 from gpuops.agent.wire.protocol import NOTIFY_TEST, NOTIFY_WHATS, SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
@@ -57,7 +58,7 @@ WHO = {"enum": ["watchdog", "client", "stop", "timeout", "pane"]}
 VERDICT = {"enum": ["ok", "warn", "needs reset", "needs service"]}
 REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt", "job"]}  # job: another node of a torchrun job ended it
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
-NOTIFY_VIA = {"enum": ["webhook", "command"]}
+NOTIFY_VIA = {"enum": list(channel_kinds())}  # a channel's kind (wire/channel_list.py)
 
 #: Nested shapes shared by several events.
 SHAPES: dict[str, Schema] = {
@@ -232,6 +233,21 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "nvidia_smi_error": opt(S), "refused_fields": arr(S),
         "kernel_log": opt(closed({"reader": opt(S), "why": opt(S), "window": N})),
     }, ("host", "reachable", "gpus")),
+    # -- gpuops metrics (docs/metrics.md): one run's snapshot, as the exposition renders it --------------------
+    "metrics": ({
+        "playbook": S, "node": S, "node_rank": opt(I), "session": S, "state": {"enum": [s.value for s in RunState]},
+        "attempt": I, "max_attempts": I, "started_at": opt(N), "ended_at": opt(N), "exit_code": opt(EXIT),
+        "command_exit_code": opt(I), "throughput": opt(N), "throughput_baseline": opt(N),
+        "throughput_min_ratio": opt(N), "log_silence_seconds": opt(N), "stall_timeout_seconds": opt(N),
+        "heartbeat_at": opt(N), "heartbeat_age_seconds": opt(N),
+        "aborts": {"type": "object", "additionalProperties": I}, "restarts": {"type": "object", "additionalProperties": I},
+        "matches": arr(closed({"rule": S, "action": S, "count": I}, ("rule", "action", "count"))),
+        "notifications": arr(closed({"what": S, "via": S, "sent": I, "failed": I}, ("what", "via", "sent", "failed"))),
+        "gpus": arr(closed({"gpu": I, "uuid": S, "memory_used_mib": opt(N), "utilization_pct": opt(N),
+                            "processes": opt(I), "memory_baseline_mib": opt(N),
+                            "health": {"type": "object", "additionalProperties": N}}, ("gpu", "uuid"))),
+    }, ("run", "playbook", "state", "attempt", "max_attempts", "exit_code", "aborts", "restarts", "matches",
+        "notifications", "gpus")),
     # -- gpuops report -------------------------------------------------------------------------------------
     "report": ({"path": S, "outcome": opt(S), "exit_code": opt(EXIT), "plots": I}, ("run", "path", "plots")),
     # -- the last line of launch, logs, stop, validate --------------------------------------------------------

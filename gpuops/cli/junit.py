@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpuops.errors import ExitCode, GpuopsError, UsageError
+from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Event, Outcome
 
 if TYPE_CHECKING:

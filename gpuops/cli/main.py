@@ -128,6 +128,18 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
     return run_runs(inventory, playbook, targets, every=every, limit=limit, as_json=as_json)
 
 
+@main.command()
+@common_options(verbose=False)
+@all_option
+@boundary
+def metrics(inventory, playbook, targets, every, as_json) -> int:
+    """The Prometheus exposition of every run of the targets that goes on or ended within its keep_ended, for a
+    script exporter or a cron job (with -p: that playbook's runs; --json: one object per run)."""
+    from gpuops.cli.metrics_cmd import run_metrics
+
+    return run_metrics(inventory, playbook, targets, every=every, as_json=as_json)
+
+
 @main.command(epilog=SEVERAL)
 @common_options()
 @all_option

@@ -154,7 +154,8 @@ _WATCHDOG_WORDS = {
     "telemetry_problem": lambda ev: str(ev.get("message")),
     "notify_sent": lambda ev: (
         f"notified ({ev.get('what')}) through {ev.get('via')} channel {ev.get('channel')}: "
-        + (f"HTTP {ev.get('status')}" if ev.get("status") is not None else f"exit {ev.get('exit')}")
+        + (f"HTTP {ev.get('status')}" if ev.get("status") is not None else
+           f"exit {ev.get('exit')}" if ev.get("exit") is not None else "taken")
         + (f"; it printed: {_last(ev.get('output'))}" if ev.get("what") == "test" and _last(ev.get("output")) else "")),
     "notify_failed": lambda ev: (
         f"NOTIFICATION FAILED ({ev.get('what')}) through {ev.get('via') or 'a'} channel {ev.get('channel') or ''}: "

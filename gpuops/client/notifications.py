@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Iterator
+from typing import Any, Iterator
 
+from gpuops.agent.wire.channel_list import longest_try
 from gpuops.agent.wire.protocol import NOTIFY_TEST as TEST
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.runspec import env_script, notify_config, workdir
 from gpuops.errors import ExitCode, UsageError
 
-#: The target tool tries every channel at once: a command's 30 s limit, plus a start on a loaded target.
-TOOL_TIMEOUT = 60.0
+#: The target tool tries every channel at once: the longest try of any kind (a command's 30 s), plus a start on
+#: a loaded target.
+TOOL_TIMEOUT = longest_try() + 30.0
 
 
 def test_spec(play: Play, run: str) -> bytes:
@@ -43,9 +45,10 @@ def notify_test(play: Play) -> Iterator[Event | Outcome]:
     for i, channel in enumerate(pb.notify, 1):
         answer = next((a for a in answers if a.get("channel") == i), None)
         if answer is None:
-            answer = {"ok": False, "channel": i, "via": "command" if channel.command else "webhook",
+            answer = {"ok": False, "channel": i, "via": channel.kind,
                       "reason": "the target's notify-test said nothing of this channel"}
-        fields = {k: answer[k] for k in ("channel", "via", "status", "exit", "reason", "seconds", "output") if k in answer}
+        fields: dict[str, Any] = {k: answer[k] for k in ("channel", "via", "status", "exit", "reason", "seconds", "output")
+                                  if k in answer}
         ok = bool(answer.get("ok"))
         if not ok:
             failed.append(i)

@@ -117,16 +117,17 @@ def watch_config(play: Play, run_id: str) -> watchfile.WatchConfig:
         secrets=tuple(pb.secrets),
         restart=restart_config(play),
         stacks=w.stacks,
-        notify=tuple(notify_config(play)),
+        notify=tuple(play.playbook.notify),
         job=watchfile.Job(**play.node.watch()) if play.node is not None else None,
+        metrics=watchfile.Metrics(textfile=w.metrics.textfile, pushgateway=w.metrics.pushgateway,
+                                  secret=w.metrics.secret, keep_ended=w.metrics.keep_ended),
     )
 
 
 def notify_config(play: Play) -> list[dict[str, Any]]:
-    """watch.json's `notify`: the channels the watchdog sends through (a secret URL travels as watch.json's
-    secrets do: in the run directory, mode 0600, never shown)."""
-    return [{"on": list(c.on), "webhook": c.webhook, "secret": c.secret, "format": c.format, "command": c.command}
-            for c in play.playbook.notify]
+    """The channels as watch.json's `notify` carries them, each with its kind (what notify-test sends too; a
+    secret URL travels as watch.json's secrets do: in the run directory, mode 0600, never shown)."""
+    return [watchfile.channel_record(c) for c in play.playbook.notify]
 
 
 def restart_config(play: Play) -> watchfile.Restart | None:
@@ -152,7 +153,9 @@ def prepare_spec(play: Play, run_id: str, *, shown: bool = False) -> bytes:
     again = play.playbook.restart.command if play.playbook.restart is not None and watch["restart"] else None
     if shown:
         watch["secrets"] = ["***" for _ in watch["secrets"]]
-        watch["notify"] = [{**c, "webhook": "***"} if c["secret"] else c for c in watch["notify"]]
+        watch["notify"] = [watchfile.channel_record(c, shown=True) for c in play.playbook.notify]
+        if watch["metrics"]["secret"] and watch["metrics"]["pushgateway"]:
+            watch["metrics"] = {**watch["metrics"], "pushgateway": "***"}
         if watch.get("job"):
             watch["job"] = {**watch["job"], "key": "***"}
         command = play.mask(command)

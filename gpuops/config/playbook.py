@@ -63,7 +63,7 @@ def load_playbook(path: str, *, environ: Env[str, str] = os.environ, need_env: b
         preflight=_preflight(top.get("preflight")),
         warmup=_warmup(top.get("warmup")),
         launch=_launch(top.require("launch", "a mapping with session and command")),
-        watch=(watch := parse_watch(top.get("watch"), env, warnings)),
+        watch=(watch := parse_watch(top.get("watch"), env, warnings, environ, need_env)),
         abort=_abort(top.get("abort")),
         restart=parse_restart(top.get("restart"), watch, warnings),
         notify=parse_notify(top.get("notify"), environ, need_env),

@@ -1,6 +1,7 @@
 """The playbook as validated values (preflight, warmup, launch, watch, restart, abort): what the rest of gpuops
 reads, never raw YAML. Defaults the agent also uses come from gpuops/agent/wire/watchfile.py, spelled there once
-(the detectors': gpuops/agent/wire/detector_list.py)."""
+(the detectors': gpuops/agent/wire/detector_list.py). A `notify:` channel is the wire's Channel (its kind named,
+its settings typed: gpuops/agent/wire/channel_list.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpuops.agent.wire import watchfile as wf
+from gpuops.agent.wire.channel_list import Channel
 from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.errors import Mark
 
@@ -91,6 +93,17 @@ class StallAuto:
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """watch.metrics (docs/metrics.md): where the watchdog puts the run's series for Prometheus."""
+
+    textfile: str | None = None  # node_exporter's textfile collector directory on the target
+    pushgateway: str | None = field(default=None, repr=False)  # the Pushgateway's URL (a secret one is in secrets)
+    secret: bool = False  # the URL is a secret: never shown or logged
+    from_env: str | None = field(default=None, compare=False)  # the local variable the URL is read from
+    keep_ended: float = wf.METRICS_KEEP_ENDED  # seconds an ended run's series stay
+
+
+@dataclass(frozen=True)
 class Watch:
     builtin: bool = True
     rules: tuple[RuleSpec, ...] = ()
@@ -105,6 +118,7 @@ class Watch:
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
     stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal
     host_kernel_log: str = "auto"  # HOST_LOG_MODES: the host's kernel-log follower for the run's Xids (docs/health.md)
+    metrics: Metrics = field(default_factory=Metrics)  # watch.metrics: textfile, pushgateway, keep_ended
 
 
 @dataclass(frozen=True)
@@ -117,25 +131,6 @@ class Restart:
     delay: float = 10.0  # seconds between the end of an attempt and the next
     warmup: bool = False  # run the warmup again before a restart
     command: str | None = None  # what restarted attempts run; None: launch.command
-
-
-@dataclass(frozen=True)
-class Channel:
-    """One `notify:` channel: a webhook (POST) or a command run on the target, for the events in `on`."""
-
-    on: tuple[str, ...]
-    webhook: str | None = None  # the URL (a secret one is in Playbook.secrets, shown as ***)
-    secret: bool = False  # the URL is a secret: never shown, logged or sent anywhere but to the hook
-    format: Literal["json", "slack"] = "json"
-    command: str | None = None
-    from_env: str | None = field(default=None, compare=False)  # the local variable the URL is read from
-
-    @property
-    def shown(self) -> str:
-        """What this channel is, as gpuops may show it."""
-        if self.command is not None:
-            return "command"
-        return "webhook " + ("***" if self.secret else str(self.webhook))
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,9 @@ class Playbook:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values that must never be shown."""
-        hooks = [c.webhook for c in self.notify if c.secret and c.webhook]
+        hooks = [value for c in self.notify for value in c.secrets()]
+        if self.watch.metrics.secret and self.watch.metrics.pushgateway:
+            hooks.append(self.watch.metrics.pushgateway)
         # A secret URL also without its scheme: an error text may quote it as host/path.
         hooks += [h.split("://", 1)[1] for h in hooks if "://" in h]
         return tuple(v.value for v in self.env if v.secret and v.value) + tuple(hooks)

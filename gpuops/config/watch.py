@@ -3,27 +3,31 @@
 
 from __future__ import annotations
 
-from typing import Sequence as Seq
+import os
+from typing import Mapping as Env, Sequence as Seq
 
 from gpuops.agent.wire import builtin_rules as builtin
 from gpuops.agent.wire import watchfile as wf
 from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, DetectorSettings
 from gpuops.config import schema as s
 from gpuops.config.detector_keys import compile_pattern, parse_detector
+from gpuops.config.metrics_keys import parse_metrics
 from gpuops.config.playbook_model import HOST_LOG_MODES, EnvVar, RuleSpec, StallAuto, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError, Mark
 
 WATCH_KEYS = ("builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval") + tuple(
-    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "host_kernel_log")
+    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "metrics", "host_kernel_log")
 RULE_KEYS = ("name", "pattern", "action")
 STALL_AUTO_KEYS = ("floor", "factor", "settle", "initial")
 # Detectors report as rules of these names; their actions are set under their own keys.
 DETECTORS = {rule: "watch." + spec.key for spec in DETECTOR_LIST for rule in spec.rules}
 
 
-def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Watch:
-    """The watch section as a Watch; findings that do not stop a run go to warnings."""
+def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str], environ: Env[str, str] = os.environ,
+                need_env: bool = True) -> Watch:
+    """The watch section as a Watch; findings that do not stop a run go to warnings (environ: where a
+    from_env URL is read, as load_playbook says)."""
     given_env = {v.name: v.value for v in env if v.value}
     if node is None:
         return Watch(detectors=DetectorSettings(tuple((spec.key, spec.defaults(given_env) if spec.default_on else None)
@@ -55,6 +59,8 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str]) -> Wat
         fields["stacks"] = s.choice(n, wf.STACKS_POLICIES, "when to record the training's stacks")
     if (n := sec.get("host_kernel_log")) is not None:
         fields["host_kernel_log"] = s.choice(n, HOST_LOG_MODES, "whether to follow the host's kernel log for Xids")
+    if (n := sec.get("metrics")) is not None:
+        fields["metrics"] = parse_metrics(n, environ, need_env)
     return Watch(**fields)  # type: ignore[arg-type]
 
 

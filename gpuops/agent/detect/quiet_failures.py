@@ -118,6 +118,8 @@ class Quiet:
         """Read what arrived, judge; the findings that begin now."""
         if self.sampler is not None:
             self.processes.poll(now)
+            if self.processes.uuids and "uuids" not in self.last:  # each GPU's UUID (the metrics' uuid label)
+                self.last["uuids"] = {str(i): u for u, i in self.processes.uuids.items()}
             for sample, health in self.sampler.poll(now):
                 self.samples += 1
                 procs = self.processes.take()

@@ -106,7 +106,7 @@ class Notifier:
     def __init__(self, d: str, cfg: WatchConfig) -> None:
         self.d, self.cfg = d, cfg
         self.channels = list(cfg.notify)
-        self.wanted: Set[str] = {w for c in self.channels for w in c.get("on") or ()}
+        self.wanted: Set[str] = {w for c in self.channels for w in c.on}
         self.masker = Masker(list(cfg.secrets))
         self.todo: "queue.Queue[Any]" = queue.Queue()
         self.thread: Optional[threading.Thread] = None
@@ -160,7 +160,7 @@ class Notifier:
         if key in self.known:
             return  # queued before (a restarted watchdog, an event seen twice)
         self.known.add(key)
-        channels = [i for i, c in enumerate(self.channels, 1) if what in (c.get("on") or ())]
+        channels = [i for i, c in enumerate(self.channels, 1) if what in c.on]
         folder(self.d)
         fd = os.open(payload_file(self.d, key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 
 from ..wire import protocol as p
 from ..wire import watchfile
+from ..wire.channel_list import Channel, longest_try
 from ..wire.masking import Masker
 from ..wire.records import read_json
 from ..run.prepare import append_event
@@ -30,8 +31,8 @@ from . import deliver, outbox
 from .payload import test_payload
 
 #: How long a notification waits for the one queued before it on the same channel: that one's retries
-#: (5 minutes), its last try, and a margin.
-TURN_WAIT = deliver.RETRY_FOR + deliver.COMMAND_TIMEOUT + 10.0
+#: (5 minutes), its last try (the longest any kind takes), and a margin.
+TURN_WAIT = deliver.RETRY_FOR + longest_try() + 10.0
 
 
 def _answered(d: str, key: str) -> Dict[int, str]:
@@ -40,14 +41,20 @@ def _answered(d: str, key: str) -> Dict[int, str]:
             if r["key"] == key and r.get("state") in (outbox.SENT, outbox.FAILED) and isinstance(r.get("channel"), int)}
 
 
-def report(d: str, key: str, what: str, number: int, channel: Dict[str, Any], answer: Dict[str, Any]) -> None:
-    """The channel's answer, in notify.jsonl and as an event of the run."""
-    via = deliver.channel_kind(channel)
-    fields = {k: answer[k] for k in ("status", "exit", "tries", "seconds", "reason") if k in answer}
-    if via == "command":
+def report(d: str, key: str, what: str, number: int, channel: Channel, answer: Dict[str, Any]) -> None:
+    """The channel's answer, in notify.jsonl and as an event of the run (`via`: the channel's kind)."""
+    fields: Dict[str, Any] = {k: answer[k] for k in ("status", "exit", "tries", "seconds", "reason") if k in answer}
+    if _keeps_output(channel):
         fields["output"] = outbox.output_file(d, key, number)
-    outbox.append(d, {"key": key, "channel": number, "state": outbox.SENT if answer["ok"] else outbox.FAILED, **fields})
-    append_event(d, "notify_sent" if answer["ok"] else "notify_failed", what=what, channel=number, via=via, **fields)
+    outbox.append(d, {"key": key, "channel": number, "via": channel.kind,
+                      "state": outbox.SENT if answer["ok"] else outbox.FAILED, **fields})
+    append_event(d, "notify_sent" if answer["ok"] else "notify_failed", what=what, channel=number, via=channel.kind,
+                 **fields)
+
+
+def _keeps_output(channel: Channel) -> bool:
+    spec = channel.spec
+    return spec is not None and spec.output
 
 
 def _waiting_on(d: str, key: str, number: int) -> bool:
@@ -102,7 +109,7 @@ def tool_notify(argv: List[str]) -> int:
             continue
         channel = channels[number - 1]
 
-        def one(number: int = number, channel: Dict[str, Any] = channel) -> None:
+        def one(number: int = number, channel: Channel = channel) -> None:
             try:
                 waited = wait_turn(d, key, number)
                 answer = deliver.with_retries(channel, payload, since=max(queued_at, time.time()) if waited else
@@ -125,7 +132,7 @@ def tool_notify(argv: List[str]) -> int:
 def tool_notify_test(argv: List[str]) -> int:
     """Each channel tried once, from here (the target's network and env), its answer printed as a marker."""
     spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))  # one line: stdin stays open after it
-    channels: List[Dict[str, Any]] = spec.get("channels") or []
+    channels = [watchfile.channel(c) for c in spec.get("channels") or ()]
     payload = test_payload(str(spec["run"]), str(spec["target"]), str(spec["playbook"]))
     masker = Masker(spec.get("secrets") or [])
     work = tempfile.mkdtemp(prefix="gpuops-notify-test-")
@@ -146,8 +153,8 @@ def tool_notify_test(argv: List[str]) -> int:
             answer = deliver.once(channels[i], payload, folder=work, payload_file=payload_file, output=output,
                                   mask=masker)
             answer.pop("retry", None)
-            answer.update(channel=i + 1, via=deliver.channel_kind(channels[i]), seconds=round(time.time() - started, 3))
-            if channels[i].get("command"):
+            answer.update(channel=i + 1, via=channels[i].kind, seconds=round(time.time() - started, 3))
+            if _keeps_output(channels[i]):
                 answer["output"] = masker(deliver.tail(output))
             answers[i] = answer
 

@@ -1,4 +1,6 @@
-"""One webhook try: an HTTP POST through urllib (the target's proxies apply), bounded in all, never redirected.
+"""The `webhook` channel kind: one try is an HTTP POST through urllib (the target's proxies apply), bounded in
+all, never redirected, of the payload (`format: json`) or of Slack's {"text": ...} (`format: slack`). Its entry
+is in gpuops/agent/wire/channel_list.py.
 
 What a try answers is built from gpuops' own words, an errno's text and what the hook said (its status and
 reason phrase, control characters escaped), never from an exception's text: urllib and http.client quote
@@ -8,6 +10,7 @@ the URL, or parts of it, in theirs. A URL's `user:password@` is sent as HTTP Bas
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import urllib.error
@@ -20,6 +23,7 @@ except ImportError:  # a Python built without it: http hooks only
     ssl = None  # type: ignore[assignment]
 
 from ..wire.hookurl import split_url
+from . import deliver
 from .said import clean
 
 #: A try ends this long after it began at most, whatever the hook does (a hook that answers one byte a
@@ -94,19 +98,21 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def post(url: str, data: bytes, mask: Callable[[str], str], timeout: float = TRY_LIMIT) -> Answer:
-    """One POST, over within `timeout` seconds whatever the hook does: {ok, status, reason, retry}."""
+def post(url: str, data: bytes | None, mask: Callable[[str], str], timeout: float = TRY_LIMIT, *,
+         method: str = "POST", content_type: str = "application/json") -> Answer:
+    """One POST (or the `method` given: the metrics' Pushgateway PUTs and DELETEs through the same door), over
+    within `timeout` seconds whatever the hook does: {ok, status, reason, retry}."""
     try:
         target, auth = split_url(url)
     except ValueError:
         return {"ok": False, "reason": "the webhook URL is not an http(s) URL gpuops can send to", "retry": False}
-    headers = {"Content-Type": "application/json", "User-Agent": "gpuops-notify"}
+    headers = {"Content-Type": content_type, "User-Agent": "gpuops-notify"}
     if auth:
         headers["Authorization"] = auth
     socks = _Sockets()
     seen: Dict[str, int] = {}
     box: List[Answer] = []
-    worker = threading.Thread(target=lambda: box.append(_try(target, data, headers, socks, seen, timeout)),
+    worker = threading.Thread(target=lambda: box.append(_try(target, data, headers, socks, seen, timeout, method)),
                               name="gpuops-webhook", daemon=True)
     worker.start()
     worker.join(timeout)
@@ -127,12 +133,12 @@ def _trickled(status: int, timeout: float) -> str:
     return "HTTP %d but the answer did not end within %gs (the hook trickled it)" % (status, timeout)
 
 
-def _try(url: str, data: bytes, headers: Dict[str, str], socks: _Sockets, seen: Dict[str, int],
-         timeout: float) -> Answer:
+def _try(url: str, data: bytes | None, headers: Dict[str, str], socks: _Sockets, seen: Dict[str, int],
+         timeout: float, method: str = "POST") -> Answer:
     """The request and its answer (the caller's clock ends it; each read's own timeout is a backstop)."""
     handlers = [_Http(socks), _NoRedirect()] + ([_Https(socks)] if ssl is not None else [])
     opener = urllib.request.build_opener(*handlers)
-    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with opener.open(req, timeout=timeout + 1.0) as resp:
             seen["status"] = int(resp.status)
@@ -181,3 +187,24 @@ def _why(exc: Any) -> str:
     if isinstance(exc, str):  # URLError's reason may be a plain word ("unknown url type" quotes the URL: not shown)
         return "the request could not be made"
     return type(exc).__name__
+
+
+class Sender(deliver.Sender):
+    """One try: the POST, its HTTP status the answer (a 5xx, 408, 425, 429 or no answer: tried again)."""
+
+    def send(self, payload: Dict[str, Any], attempt: deliver.Try) -> Answer:
+        return post(str(self.settings.webhook or ""), body(self.settings.format, payload), attempt.mask,
+                    timeout=attempt.limit)
+
+
+def slack_text(text: str) -> str:
+    """A line for Slack: `&`, `<` and `>` escaped as Slack asks senders to, so a log line's `<!channel>` or
+    `<url|label>` is shown as written, never acted on."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def body(fmt: str, payload: Dict[str, Any]) -> bytes:
+    """What is POSTed: the payload, or Slack's {"text": ...} (an incoming webhook takes only that)."""
+    if fmt == "slack":
+        return json.dumps({"text": slack_text(str(payload["text"]))}).encode()
+    return json.dumps(payload, sort_keys=True).encode()

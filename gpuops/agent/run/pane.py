@@ -26,7 +26,6 @@ import fcntl
 import os
 import select
 import signal
-import struct
 import sys
 import termios
 import time

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ..run import restart as restarts
 from ..detect import hardware
@@ -149,6 +149,7 @@ class Heartbeat(Duty):
     seconds by its own clock (it runs last in a pass); also an abort that could not be claimed, tried again."""
 
     interval = p.HEARTBEAT_EVERY
+    last: Optional[Dict[str, Any]] = None  # the record of the last beat (the metrics read it)
 
     def __call__(self, w: Pass) -> None:
         self.beat()
@@ -163,7 +164,8 @@ class Heartbeat(Duty):
         wd.events.flush()
         if wd.retry_abort is not None and wd.status == "watching":
             wd.abort(wd.retry_abort[0], **wd.retry_abort[1])
-        failed = write_state(wd.state_path, self.record(now))
+        self.last = self.record(now)
+        failed = write_state(wd.state_path, self.last)
         if failed is not None:
             wd.note_write_error(failed)
         elif wd.write_failing and not wd.events.pending:
@@ -183,5 +185,47 @@ class Heartbeat(Duty):
         }
 
 
-#: The duties, in the order a pass offers itself to them (the heartbeat last: it records what the others did).
-DUTIES = (Stall, Quiet, Claims, Heartbeat)
+class Metrics(Duty):
+    """The run's series for Prometheus (playbook `watch.metrics`), every sample interval after the heartbeat:
+    rendered here, written and pushed by threads of their own (agent/metrics), so a metrics place that is
+    unwritable, full or slow never delays a pass; its failure is said once per spell (`metrics_failed`)."""
+
+    def __init__(self, wd: "Watchdog") -> None:
+        super().__init__(wd)
+        self.interval = wd.cfg.sample_interval
+        self.publisher: Any = None
+        if wd.cfg.metrics.on:
+            from ..metrics.publish import Publisher  # only where the playbook asks for metrics
+
+            self.publisher = Publisher(wd.d, wd.cfg, wd.masker)
+
+    def due(self, w: Pass) -> bool:
+        return self.publisher is not None and super().due(w)
+
+    def wake_at(self) -> float:
+        """When the loop's wait must end for the next render (never, without metrics)."""
+        return self.next_at if self.publisher is not None else float("inf")
+
+    def run(self, w: Pass) -> None:
+        # the watchdog's state this moment (as the heartbeat would record it): a render is never a beat behind
+        self.say(self.publisher.publish(w.now, self.wd.duty(Heartbeat).record(w.now)))
+
+    def now(self) -> None:
+        """Out of turn: the attempt ended and the next one waits (the run shows as restarting, as watchdog.json
+        says it: the next attempt's number, no samples)."""
+        if self.publisher is not None:
+            self.say(self.publisher.publish(time.time(), None))
+
+    def end(self) -> None:
+        """The run ended (its final heartbeat written): its final state, and its series' expiry."""
+        if self.publisher is not None:
+            self.say(self.publisher.end(time.time(), self.wd.duty(Heartbeat).last))
+
+    def say(self, warnings: List[str]) -> None:
+        for message in warnings:
+            self.wd.events.write("metrics_failed", message=message + "; the run is watched as before")
+
+
+#: The duties, in the order a pass offers itself to them (the heartbeat records what the others did; the
+#: metrics show what it recorded).
+DUTIES = (Stall, Quiet, Claims, Heartbeat, Metrics)

@@ -23,7 +23,7 @@ from ..run import restart as restarts
 from ..wire import watchfile
 from ..wire.watchfile import WatchConfig
 from ..run.abort import claim, reap, stop_run
-from .duties import DUTIES, Duty, Heartbeat, Pass, Stall
+from .duties import DUTIES, Duty, Heartbeat, Metrics, Pass, Stall
 from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
@@ -259,10 +259,12 @@ class Watchdog:
             self.status, self.next_attempt = p.WATCHDOG_RESTARTING, True
             restarts.heartbeat(self.d, restarts.begin_next(self.d, self.cfg, after, self.events.write), force=True)
             self.pulse.beat()
+            self.duty(Metrics).now()
             return
         self.status = "done"
         self.events.write("done")
         self.duty(Heartbeat).beat(force=True)
+        self.duty(Metrics).end()
 
     def hardware_end(self, ending: Optional[str]) -> Optional[str]:
         """The rule to restart after, once the run's GPUs had their say: a stall, crash or lost run whose window holds
@@ -326,8 +328,8 @@ class Watchdog:
                 ready = []
 
     def wait_for(self) -> float:
-        """Seconds to sleep at most: until the next heartbeat; short while an abort is under way."""
-        left = self.duty(Heartbeat).next_at - time.time()
+        """Seconds to sleep at most: until the next heartbeat (or metrics render); short while an abort is under way."""
+        left = min(self.duty(Heartbeat).next_at, self.duty(Metrics).wake_at()) - time.time()
         busy = self.status != "watching" or self.retry_abort is not None
         return min(left, 0.1) if busy else left
 

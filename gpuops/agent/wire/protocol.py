@@ -67,7 +67,7 @@ EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON objec
 #: are: a match, an abort, a restart ...). A kind a client knows neither way is data: an `unknown_event`.
 WATCHDOG_NOTES = ("watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
                   "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done", "attempt_started",
-                  "restart_cancelled", "restart_failed", "job_abort", "job_link", "hardware")
+                  "restart_cancelled", "restart_failed", "job_abort", "job_link", "metrics_failed", "hardware")
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"
@@ -81,7 +81,6 @@ SAMPLES_COARSE = "samples-coarse.jsonl"  # older samples as per-bucket min/media
 NOTIFY = "notify.jsonl"  # the run's notifications: each one queued (with its payload), each channel's delivery
 NOTIFY_DIR = "notify"  # per notification: its payload file, its sender's lock, each command channel's output
 COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
-STACKS = "stacks"  # stacks/<pid>.txt: the threads' stacks of each Python process of the training, taken before an abort
 WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; its mtime is when the warmup last spoke)
 #: The GPU fault that ended the attempt (a gpu-* rule, or a stall or crash whose window held an Xid that needs a
 #: reset): rule, gpu (index, bus_id, uuid), xid or counter, action (detect/hardware.py). It makes the outcome
@@ -179,8 +178,7 @@ class RunState(str, Enum):
     TIMEOUT = "timeout"
     STOPPED = "stopped"  # `gpuops stop`
     LOST = "lost"  # no exit status, no abort, its session gone (killed by hand, container stopped)
-    FAILED_BEFORE_START = "failed-before-start"  # status's word for a launch that ended before training
-    NOT_STARTED = "not-started"  # runs' word for the same
+    NOT_STARTED = "not-started"  # its launch ended before training started (preflight, warmup, the watchdog's start)
     INTERRUPTED = "interrupted"  # its launch was interrupted (Ctrl-C) before training, or a Ctrl-C typed in its pane ended it
 
     def __str__(self) -> str:

@@ -61,7 +61,7 @@ class RunInfo:
 
     @property
     def state(self) -> RunState:
-        """warming | running | restarting | exited | aborting | aborted | stalled | failed-before-start | lost."""
+        """warming | running | restarting | exited | aborting | aborted | stalled | not-started | lost."""
         wd = self.watchdog or {}
         if not self.session_alive and self.watchdog_alive and (wd.get("state") == "restarting" or wd.get("restart_due")):
             return RunState.RESTARTING  # an attempt ended; the watchdog starts the next one (a stop ends it for good)
@@ -79,9 +79,9 @@ class RunInfo:
             # meta.json says running one round trip before `start` has made the tmux session: still the launch
             return RunState.WARMING
         if self.meta.get("phase") in p.WARMING_PHASES:
-            return RunState.WARMING if self.meta.get("launcher_alive") else RunState.FAILED_BEFORE_START
+            return RunState.WARMING if self.meta.get("launcher_alive") else RunState.NOT_STARTED
         if self.meta.get("phase") in p.NOT_STARTED_PHASES:
-            return RunState.FAILED_BEFORE_START
+            return RunState.NOT_STARTED
         return RunState.HARDWARE if self.hardware is not None else RunState.LOST
 
     @property

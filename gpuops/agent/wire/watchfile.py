@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import protocol as p
+from .channel_list import Channel, by_kind
 from .detector_list import DETECTORS, DetectorSettings
 from .records import read_json
 from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
@@ -97,6 +98,24 @@ class Job:
     key: str = field(default="", repr=False)
 
 
+#: watch.metrics.keep_ended: seconds a run's series stay after it ended (its textfile, its Pushgateway group).
+METRICS_KEEP_ENDED = 600.0
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """watch.metrics (docs/metrics.md): where the watchdog puts the run's series; none set: nowhere."""
+
+    textfile: Optional[str] = None  # node_exporter's textfile collector directory
+    pushgateway: Optional[str] = field(default=None, repr=False)  # the Pushgateway's URL (maybe a secret)
+    secret: bool = False  # the URL is a secret: never shown or logged
+    keep_ended: float = METRICS_KEEP_ENDED
+
+    @property
+    def on(self) -> bool:
+        return bool(self.textfile or self.pushgateway)
+
+
 @dataclass(frozen=True)
 class WatchConfig:
     """watch.json, typed: everything the watchdog (or a client taking over) needs to watch and stop the run."""
@@ -119,8 +138,9 @@ class WatchConfig:
     secrets: Tuple[str, ...] = ()
     restart: Optional[Restart] = None
     stacks: str = STACKS
-    notify: Tuple[Dict[str, Any], ...] = ()  # each channel as written (`on`, `webhook` or `command`, `format`, `secret`)
+    notify: Tuple[Channel, ...] = ()  # each channel typed, its kind named (wire/channel_list.py)
     job: Optional[Job] = None
+    metrics: Metrics = Metrics()
 
     @property
     def max_attempts(self) -> int:
@@ -143,7 +163,9 @@ def compose(cfg: WatchConfig) -> Dict[str, Any]:
             "max": r.max, "on": list(r.on), "compile_guard": r.compile_guard, "delay": r.delay, "warmup": r.warmup,
             "warmup_spec": None if w is None else {"gpus": list(w.gpus), "command": w.command, "timeout": w.timeout,
                                                    "drain_timeout": w.drain_timeout}},
-        "stacks": cfg.stacks, "notify": [dict(c) for c in cfg.notify],
+        "stacks": cfg.stacks, "notify": [channel_record(c) for c in cfg.notify],
+        "metrics": {"textfile": cfg.metrics.textfile, "pushgateway": cfg.metrics.pushgateway,
+                    "secret": cfg.metrics.secret, "keep_ended": cfg.metrics.keep_ended},
     }
     for spec in DETECTORS:
         settings = cfg.detectors.of(spec.key)
@@ -209,8 +231,9 @@ def parse(raw: Dict[str, Any]) -> WatchConfig:
         secrets=_get(raw, "secrets", lambda v: tuple(str(x) for x in v or ()), ()),
         restart=_restart(raw.get("restart")),
         stacks=raw["stacks"] if raw.get("stacks") in STACKS_POLICIES else STACKS,
-        notify=tuple(c for c in raw.get("notify") or () if isinstance(c, dict)),
+        notify=_get(raw, "notify", lambda v: tuple(channel(c) for c in v or () if isinstance(c, dict)), ()),
         job=_job(raw.get("job")),
+        metrics=_metrics(raw.get("metrics")),
     )
 
 
@@ -226,6 +249,26 @@ def detectors(raw: Dict[str, Any]) -> DetectorSettings:
     return DetectorSettings(tuple(found))
 
 
+def channel_record(c: Channel, shown: bool = False) -> Dict[str, Any]:
+    """A channel as watch.json (and notify-test's stdin) carries it: its kind, `on` and its kind's settings
+    (`shown`: each secret value as ***, as a dry run prints it)."""
+    spec = c.spec
+    settings = {} if spec is None or c.settings is None else spec.plain(c.settings, shown)
+    return {"kind": c.kind, "on": list(c.on), **settings}
+
+
+def channel(raw: Dict[str, Any]) -> Channel:
+    """A channel's record as a Channel, what it lacks from its kind's defaults. A record an older gpuops wrote
+    names no kind: it has the two kinds there were, told apart as that gpuops did (a command if set, else a
+    webhook). A kind this gpuops does not know keeps its place with no settings (its deliveries fail, saying so)."""
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or not kind:
+        kind = "command" if raw.get("command") else "webhook"
+    on = _get(raw, "on", lambda v: tuple(str(x) for x in v or ()), ())
+    spec = by_kind(kind)
+    return Channel(kind, on, None if spec is None else spec.read(raw))
+
+
 def _restart(section: Any) -> Optional[Restart]:
     if not isinstance(section, dict):
         return None
@@ -239,6 +282,14 @@ def _restart(section: Any) -> Optional[Restart]:
                    compile_guard=bool(section.get("compile_guard")),
                    delay=_get(section, "delay", float, RESTART_DELAY), warmup=bool(section.get("warmup")),
                    warmup_spec=spec)
+
+
+def _metrics(section: Any) -> Metrics:
+    if not isinstance(section, dict):
+        return Metrics()
+    text = lambda key: str(section[key]) if isinstance(section.get(key), str) and section[key] else None  # noqa: E731
+    return Metrics(textfile=text("textfile"), pushgateway=text("pushgateway"), secret=bool(section.get("secret")),
+                   keep_ended=_get(section, "keep_ended", float, METRICS_KEEP_ENDED))
 
 
 def _job(section: Any) -> Optional[Job]:

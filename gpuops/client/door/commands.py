@@ -87,6 +87,11 @@ def runs(limit: int, playbook: str | None = None) -> Cmd:
     return python_tool("runs", str(limit), *(() if playbook is None else (playbook,)))
 
 
+def metrics(playbook: str | None = None) -> Cmd:
+    """The runs that go on or ended within their keep_ended (of `playbook`), one snapshot each, for Prometheus."""
+    return python_tool("metrics", *(() if playbook is None else (playbook,)))
+
+
 def notify_test() -> Cmd:
     """Each notify channel tried once, from the target (the channels, payload and env on stdin)."""
     return python_tool("notify-test")

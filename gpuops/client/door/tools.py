@@ -213,6 +213,15 @@ class Door:
                               f"{result.err.strip()[-300:]}")
         return read_runs(result.out)
 
+    def metrics(self, playbook: str | None = None) -> list[dict[str, Any]]:
+        """Each run that goes on, or ended within its keep_ended, as the metrics tool reads it now (a snapshot
+        that agent/wire/metric_table.py renders); GpuopsError when the target cannot say."""
+        result = self._run(commands.metrics(playbook), timeout=max(self.timeout, 30.0))
+        if result.exit_code != 0:
+            raise GpuopsError(f"{self.label}: could not read the runs' metrics (exit {result.exit_code}): "
+                              f"{self._said(result.err.strip()[-300:])}")
+        return read_runs(result.out)
+
     def stacks(self, run_id: str, *, recorded: bool) -> list[dict[str, Any]]:
         """One {pid, file, threads, via, text[, attempt, error]} per Python process of the run: taken now (the
         run goes on) or as recorded before an abort; text masked. GpuopsError when the target cannot say."""
