@@ -193,3 +193,48 @@ def test_gpuops_health_gives_each_gpu_its_counters_xids_and_verdict_in_the_schem
     mine = ct.gpuops("health", "--json", "-p", str(ct.playbook))
     assert mine.code == 0, mine
     assert [g["index"] for g in mine.events()[0]["gpus"]] == [0, 3]
+
+
+def test_a_following_client_reads_the_hosts_kernel_log_for_a_crash_its_follower_did_not_see(ct: CtCli) -> None:
+    """The host's follower dies mid-run (its link says so): the crash that comes later is read against the host's
+    kernel log by the client that follows the run, and reported as the Xid (exit 10), in the summary and in runs."""
+    import os
+    import signal
+
+    kernel = ct.fake.kernel_log.enable()
+    gpus = ct.fake.gpus(200)
+    go = ct.fake.home(200) / "go"
+    playbook(ct, [5], f"fake-train --mode sample --sample clean_training.txt --gpus 5 --interval 0.2 --go {go}")
+    launch = ct.start("launch", "--json")
+    launch.wait_for(lambda: any(r["kind"] == "following" for r in host_log(ct)) if ct.run_dirs() else False,
+                    "the host's follower")
+    (host_pid,) = [r["host_pid"] for r in host_log(ct) if r["kind"] == "following"]
+    os.kill(host_pid, signal.SIGKILL)
+    wait_until(lambda: host_log(ct)[-1]["kind"] == "ended", message="the link to see its follower gone")
+    assert host_log(ct)[-1]["why"] == "the host's follower ended"
+    kernel.append_xid(gpus.bus_id(5), 95)  # an uncontained ECC error: reset the GPU; nobody hands it over
+    go.touch()
+    done = launch.finish()
+    assert done.code == 10, done
+    summary = done.events()[-1]
+    assert (summary["outcome"], summary["rule"], summary["hardware"]["xid"]["code"]) == ("hardware", "gpu-xid", 95)
+    assert "the crash is reported as the Xid (read by the following client)" in summary["hardware"]["message"]
+    (row,) = [e for e in ct.gpuops("runs", "--json").events() if e["event"] == "run"]
+    assert (row["outcome"], row["exit_code"]) == ("hardware", 10)
+
+
+def test_new_uncorrected_ecc_errors_during_a_run_stop_it_with_exit_10_and_the_counter_named(ct: CtCli) -> None:
+    """The watchdog's own nvidia-smi loop carries the health fields: a GPU that takes uncorrected ECC errors mid-run
+    ends the run (gpu-ecc, exit 10), with no host kernel log at all (the bench host's is not readable here)."""
+    gpus = ct.fake.gpus(200)
+    playbook(ct, [5, 6], steps([5, 6]), watch={"sample_interval": 0.5})
+    assert ct.gpuops("launch", "--detach").code == 0
+    wait_until(lambda: '"health"' in (ct.run_dir() / "watchdog.json").read_text(), message="health samples")
+    gpus.set_health(6, ecc_uncorrected_volatile=3)
+    wait_until(lambda: not ct.session_alive(), timeout=30, message="the run to be stopped by gpu-ecc")
+    run = status_run(ct)
+    hw = run["hardware"]
+    assert (run["state"], run["exit_code"], hw["rule"], hw["gpu"]["index"], hw["counter"], hw["value"]) == (
+        "hardware", 10, "gpu-ecc", 6, "ecc.errors.uncorrected.volatile.total", 3), run
+    assert "3 new uncorrected ECC error(s) during the run (0 at its start, 3 now)" in hw["message"]
+    assert "nvidia-smi -r -i " + gpus.bus_id(6) in hw["action"]

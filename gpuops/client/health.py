@@ -7,6 +7,7 @@ probe's health fields, the host's `xids`) and words what it found.
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from dataclasses import dataclass, field
@@ -179,6 +180,47 @@ def start_host_watch(play: Play, run_id: str, health: Health | None, since: floa
         return
     yield Event("host_kernel_log", name, run_id, {"state": "following", "reader": reply.reader, "host_pid": reply.pid,
                                                   "gpus": sorted(g["index"] for g in gpus.values())})
+
+
+#: What a run's end is called when an Xid explains it.
+ENDINGS = {"stall": "stall", "failed": "crash", "lost": "lost run"}
+
+
+def explain_end(play: Play, run_id: str, info: Any, how: str) -> dict[str, Any] | None:
+    """A stall, crash or lost run this client followed, whose host follower handed no Xid over (it stopped, or the
+    run's watchdog was gone): the host's kernel log read for the run's time window; an Xid that needs a reset on a
+    run GPU is the run's end (hardware.json, written). None when there is none, or nothing to read it with."""
+    said = info.meta.get("host_kernel_log") if isinstance(info.meta.get("host_kernel_log"), dict) else {}
+    died = "follower ended" in str((info.host_log_end or {}).get("why"))  # the host's follower stopped mid-run
+    if info.hardware is not None or not play.run_gpus or said.get("state") in (None, "off") or (
+            info.host_log is not None and not died):  # it followed to the end: the watchdog judged what it saw
+        return None
+    try:
+        since = calendar.timegm(time.strptime(str(info.meta.get("started_at")), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+    xids = read_host_xids(play, max(60.0, time.time() - since + 120.0))
+    try:
+        rows = (play.door.probe((play.session,), health=True).health or HealthReading()).by_index()
+    except GpuopsError:
+        return None
+    buses = {rows[g].bus: rows[g] for g in play.run_gpus if g in rows and rows[g].bus}
+    grave = [x for x in (xids.reply.xids if xids.readable and xids.reply else []) if x.bus in buses
+             and x.info.level in (RESET, SERVICE)]
+    if not grave:
+        return None
+    x, row = grave[0], buses[grave[0].bus]
+    record = {"rule": "gpu-xid", "gpu": row.identity(), "counter": None, "value": None,
+              "xid": {"code": x.code, "name": x.info.name, "resolution": x.info.resolution, "line": x.line, "t": x.t},
+              "message": f"Xid {x.code} ({x.info.name}) on GPU {row.index} in the host's kernel log: the "
+                         f"{ENDINGS.get(how, how)} is reported as the Xid (read by the following client)",
+              "action": x.info.action.replace("BUS", row.bus_id or "its bus id"), "instead_of": how,
+              "time": round(time.time(), 3)}
+    try:
+        play.door.record(run_id, "hardware.json", record)
+    except GpuopsError:
+        pass
+    return record
 
 
 def meta_state(play: Play, health: Health | None) -> dict[str, Any]:

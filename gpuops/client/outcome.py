@@ -50,6 +50,11 @@ def ended_outcome(play: Play, run_id: str, ev: Any, *, first_abort: Any = None, 
                        "(its tmux session and every process of the run went with it)", {"run": run_id, "container": container})
     info = run_info(play, run_id)
     said = {"last_line": last} if last else {}
+    how = _badly(info, ev)
+    if how is not None and info is not None and info.hardware is None:  # an Xid the follower did not hand over?
+        from gpuops.client.health import explain_end
+
+        info.hardware = explain_end(play, run_id, info, how)
     if info is not None and info.outcome_code() == ExitCode.HARDWARE and info.hardware is not None:
         return _hardware(run_id, info, said)
     if info is not None and info.abort is not None:
@@ -105,6 +110,18 @@ def _stopped(run_id: str, info: Any, play: Play, said: dict[str, Any]) -> Outcom
         message += f"; thread stacks of {len(kept)} Python process(es) recorded before the signal (gpuops logs --stacks)"
     message += "".join(f"; no stacks of pid {st.get('pid')} ({st.get('error') or 'no answer'})" for st in rows if not st.get("file"))
     return Outcome(name, code if code is not None else ExitCode.ABORTED, message, data)
+
+
+def _badly(info: Any, ev: Any) -> str | None:
+    """How a run ended that an Xid may explain: a stall, a crash (failed) or a lost session; None otherwise."""
+    if info is None:
+        return None
+    if info.abort is not None:
+        return "stall" if info.abort.get("reason") == "stall" else None
+    code = ev.code if ev is not None and ev.code is not None else info.exit_code
+    if ev is None or ev.how == "gone" or code is None:
+        return "lost"
+    return "failed" if code != 0 else None
 
 
 def _hardware(run_id: str, info: Any, said: dict[str, Any]) -> Outcome:

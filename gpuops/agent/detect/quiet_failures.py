@@ -23,6 +23,7 @@ from ..system.procs import die_with_parent
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
 from ..wire.hostwire import HostLog, read_host_log
 from ..wire.records import read_json
+from ..wire.health import SLOWDOWN
 from .sampler import HealthSample, Sampler
 from .telemetry import TelemetryLog
 from .throughput import FIGURE, Figures, parse_figure
@@ -127,6 +128,7 @@ class Quiet:
                 self.detectors.sample(now, sample)
                 self.detectors.health(now, health)
                 self.health = health
+                self.last["health"] = self.counters(health)
                 self.last["gpus"] = {str(g): list(v) for g, v in sample.items()}
                 if procs is not None:
                     self.last["processes"] = {str(g): n for g, n in procs.items()}
@@ -146,6 +148,27 @@ class Quiet:
         findings = self.detectors.judge(now)
         self.fired += [f.rule for f in findings if f.action != "note"]
         return findings
+
+    def counters(self, health: HealthSample) -> Dict[str, Dict[str, int]]:
+        """Each GPU's health counters for the heartbeat (the metrics' gpuops_gpu_health_* families read them)."""
+        xids: Dict[str, int] = {}
+        for record in self.host.log.xids:
+            xids[str(record.get("index"))] = xids.get(str(record.get("index")), 0) + 1
+        out: Dict[str, Dict[str, int]] = {}
+        for index, row in health.rows.items():
+            found = {"xids": xids.get(str(index), 0), "field_errors": len(row.errors)}
+            ecc = row.count("ecc.errors.uncorrected.volatile.total")
+            flags = {"remap_pending": row.flag("remapped_rows.pending"), "remap_failure": row.flag("remapped_rows.failure")}
+            mask, action = row.mask, row.recovery_action
+            found.update({k: int(v) for k, v in flags.items() if v is not None})
+            if ecc is not None:
+                found["ecc_uncorrected_volatile"] = ecc
+            if mask is not None:
+                found["slowdown"] = int(bool(mask & SLOWDOWN))
+            if action is not None:
+                found["recovery_action"] = int(action != "None")
+            out[str(index)] = found
+        return out
 
     def host_grew(self) -> bool:
         """The host's kernel-log follower handed something over since the last tick."""

@@ -121,6 +121,8 @@ list_sessions "$@" | while IFS= read -r S; do
     tail -n 64 "$D/host-xids.jsonl" | grep -F '"kind":"xid"' | tail -n 8 | while IFS= read -r x; do
       echo "@@gpuops host_xid ${x:0:16384}"
     done
+    last=$(tail -n 1 "$D/host-xids.jsonl")
+    case "$last" in *'"kind":"ended"'*) echo "@@gpuops host_log_end ${last:0:16384}";; esac
   fi
   # The compile guard's counts, one record per Python process that compiled (at most 64).
   n=0

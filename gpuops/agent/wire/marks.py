@@ -37,6 +37,7 @@ MARKS = frozenset({
     "notified",
     # probe.sh -H (the GPUs' health), the run's hardware record and host follower
     "health_fields", "health", "health_rc", "health_refused", "hardware", "host_log", "host_log_pid", "host_xid",
+    "host_log_end",
     # the host's kernel-log tools (wire/hostwire.py)
     "kernel_log", "kernel_log_refused", "xid", "host-watch", "host-watch-off",
 })
@@ -211,7 +212,7 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
         state.run = RunInfo(value, state.session)
     elif state.run is None:
         return
-    elif key in ("meta", "abort", "abort_done", "watchdog", "hardware", "host_log"):
+    elif key in ("meta", "abort", "abort_done", "watchdog", "hardware", "host_log", "host_log_end"):
         setattr(state.run, key, _object(value))
     elif key == "host_log_pid":
         state.run.host_log_alive = value.strip() == "alive"

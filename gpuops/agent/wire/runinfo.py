@@ -33,6 +33,7 @@ class RunInfo:
     hardware: Optional[Dict[str, Any]] = None  # hardware.json: the GPU fault that ended it
     host_log: Optional[Dict[str, Any]] = None  # host-xids.jsonl's first record: the host's kernel-log follower
     host_log_alive: bool = False  # its link beside the run lives
+    host_log_end: Optional[Dict[str, Any]] = None  # its last record, once the link ended: why
     host_xids: List[Dict[str, Any]] = field(default_factory=list)  # the last Xids it handed over
 
     @property
@@ -44,7 +45,8 @@ class RunInfo:
             return None if said is None else {"state": said.get("state") or "off", "why": said.get("why"),
                                                "reader": None, "host_pid": None, "xids": []}
         return {"state": "following" if self.host_log_alive else "ended", "why": None if self.host_log_alive else
-                (said or {}).get("ended"), "reader": self.host_log.get("reader"), "host_pid": self.host_log.get("host_pid"),
+                (self.host_log_end or {}).get("why"), "reader": self.host_log.get("reader"),
+                "host_pid": self.host_log.get("host_pid"),
                 "xids": [{k: x.get(k) for k in ("code", "name", "index", "bus_id", "resolution", "t")}
                          for x in self.host_xids if x]}
 
