@@ -112,3 +112,29 @@ def test_journalctl_shows_the_kernels_lines_on_the_host_and_none_in_a_container(
                                   r": 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus\.$", out[-2])
     assert run(["journalctl", "-k", "--no-pager"], tmp_path, GPUOPS_FAKE_CT="200", **env) == (0, ["-- No entries --"])
     assert run(["journalctl", "--bogus"], tmp_path, **env) == (1, ["journalctl: unrecognized option '--bogus'"])
+
+
+def test_the_watchdogs_loop_drops_a_field_the_driver_refuses_and_samples_on(one_gpu: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that does not know a health field fails the whole query (exit 2, as the 580 driver refuses
+    reset_status.*): the sampler asks again at once without it, so memory and health are sampled all the same."""
+    import time
+
+    from gpuops.agent.detect import sampler as s
+
+    monkeypatch.setenv("PATH", f"{BIN_DIR}:/usr/bin:/bin")
+    monkeypatch.setenv("GPUOPS_FAKE_GPUS", str(one_gpu))
+    monkeypatch.setattr(s, "LOOP_HEALTH", s.LOOP_HEALTH + ("reset_status.reset_required",))
+    loop = s.Sampler([0], 0.2)
+    got: list = []
+    deadline = time.monotonic() + 30
+    try:
+        while not got and time.monotonic() < deadline:
+            got = loop.poll(time.time())
+            time.sleep(0.05)
+    finally:
+        loop.stop()
+    assert got, loop.problem
+    sample, health = got[0]
+    assert sample == {0: (0, 0)} and health.rows[0].mask == 1 and health.rows[0].bus_id == FakeGpus(one_gpu).bus_id(0)
+    assert "reset_status.reset_required" not in loop.fields and loop.problem.startswith(s.REFUSED)

@@ -223,9 +223,12 @@ def explain_end(play: Play, run_id: str, info: Any, how: str) -> dict[str, Any] 
     return record
 
 
-def meta_state(play: Play, health: Health | None) -> dict[str, Any]:
-    """meta.json's `host_kernel_log` (status shows it): the playbook's mode and, where it will not follow, why."""
+def meta_state(play: Play, health: Health | None) -> dict[str, Any] | None:
+    """meta.json's `host_kernel_log` (status shows it): the playbook's mode and, where it will not follow, why;
+    None for a run without GPUs (nothing to follow)."""
     mode = play.playbook.watch.host_kernel_log
+    if not play.run_gpus:
+        return None
     if mode == "off":
         return {"mode": mode, "state": "off", "why": "watch.host_kernel_log: off"}
     if health is None or not health.xids.readable:

@@ -24,7 +24,7 @@ from .profile import baseline_from_config, keep_profile, pick_baseline, run_dige
 from ..wire.hostwire import HostLog, read_host_log
 from ..wire.records import read_json
 from ..wire.health import SLOWDOWN
-from .sampler import HealthSample, Sampler
+from .sampler import REFUSED, HealthSample, Sampler
 from .telemetry import TelemetryLog
 from .throughput import FIGURE, Figures, parse_figure
 
@@ -185,7 +185,7 @@ class Quiet:
         why = self.sampler.problem if self.sampler is not None else None
         if why and why != self.said_problem:
             self.said_problem = why
-            return why
+            return why if why.startswith(REFUSED) else "no GPU samples: " + why
         return None
 
     def heartbeat(self) -> Dict[str, Any]:

@@ -22,6 +22,8 @@ from ..wire.smi import SAMPLE_FIELDS, GpuSample, SmiError
 
 #: Seconds before a sampler that died is started again.
 RESTART_AFTER = 30.0
+#: What the sampler says when the driver refused one of its health fields (the samples go on).
+REFUSED = "this driver's nvidia-smi does not know the health field"
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Sampler:
         if refused is not None and refused in self.fields and refused not in self.refused:
             self.fields = without(self.fields, refused)
             self.refused += [refused, ""]  # "": restart now
-            self.problem = "this driver does not know the field %s: it is not sampled" % refused
+            self.problem = "%s %s: the loop goes on without it" % (REFUSED, refused)
             return []
         head = text.split(",", 1)[0].strip()
         if head.isdigit():

@@ -112,7 +112,7 @@ class Quiet(Duty):
             wd.on_finding(finding)
         problem = wd.quiet.problem()
         if problem:
-            wd.events.write("telemetry_problem", message="no GPU samples: " + problem)
+            wd.events.write("telemetry_problem", message=problem)
 
 
 class Claims(Duty):
