@@ -10,11 +10,12 @@ from gpuops.position import Mark
 
 
 #: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
-#: did not finish: that wins. Then a bug; then what the runs found, the furthest step first (a rule
-#: fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the
+#: did not finish: that wins. Then a bug; then what the runs found, a GPU that failed first (10: the
+#: hardware), then the furthest step first (a rule fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the
 #: configuration (2); --timeout (124) is a budget, not a finding, so any failure elsewhere outranks it.
 SEVERITY = (
-    ExitCode.TERMINATED, ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.ABORTED,
+    ExitCode.TERMINATED, ExitCode.HANGUP, ExitCode.INTERRUPTED, ExitCode.BROKEN_PIPE, ExitCode.INTERNAL, ExitCode.HARDWARE,
+    ExitCode.ABORTED,
     ExitCode.STALLED, ExitCode.TRAINING_FAILED, ExitCode.WARMUP, ExitCode.PREFLIGHT, ExitCode.NOTIFY_FAILED, ExitCode.CONNECT,
     ExitCode.USAGE, ExitCode.TIMEOUT,
 )

@@ -22,6 +22,9 @@ TOOLS = {
     "metrics": "metrics.tool",  # the runs of this target that go on or ended lately, for `gpuops metrics`
     "metrics-expire": "metrics.expire",  # an ended run's metrics taken away after keep_ended (started by the watchdog)
     "job-store": "run.jobstore",  # one node's link to its torchrun job's rendezvous store (needs the training's torch)
+    "xids": "run.xids",  # on the host: the Xids of its kernel log's last seconds, classified
+    "host-watch": "watch.hostwatch",  # on the host: follow its kernel log for a run's GPUs while the run lives
+    "host-link": "watch.hostlink",  # beside the run: what the host's follower hands over, into the run directory
 }
 
 

@@ -55,9 +55,9 @@ def main(quiet: bool) -> None:
     """Run GPU training jobs in Proxmox LXC containers over SSH, and stop them the moment they go wrong.
 
     Exit codes: 0 ok, 1 internal error, 2 usage/config, 3 connect/host key, 4 preflight,
-    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 9 notify-test failed, 124 --timeout,
-    130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. Over several targets: the worst,
-    143 > 129 > 130 > 141 > 1 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
+    5 warmup, 6 training failed, 7 aborted by a rule, 8 stalled, 9 notify-test failed, 10 a GPU failed
+    (its hardware), 124 --timeout, 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP. Over several targets: the worst,
+    143 > 129 > 130 > 141 > 1 > 10 > 7 > 8 > 6 > 5 > 4 > 9 > 3 > 2 > 124.
     """
     from gpuops.cli.renderers import style as looks
 
@@ -187,6 +187,21 @@ def _run_given(arg: str | None, option: str | None) -> str | None:
     if arg is not None and option is not None and arg != option:
         raise click.UsageError(f"RUN {arg} and --run {option} name two runs: give one")
     return arg if arg is not None else option
+
+
+@main.command(epilog=SEVERAL)
+@common_options(verbose=False)
+@all_option
+@click.option("--window", type=Seconds(), default=None,
+              help="Seconds of the host's kernel log to read for Xids (default: the playbook's preflight.xid_window, "
+              "else 3600).")
+@boundary
+def health(inventory, playbook, targets, every, window, as_json) -> int:
+    """Each GPU's health: ECC and row-remap counters, slowdown reasons, PCIe link, temperatures, the host's recent
+    Xids, and a verdict (ok, warn, needs reset, needs service); exit 10 when a GPU needs a reset or service."""
+    from gpuops.cli.commands.health_cmd import run_health
+
+    return run_health(inventory, playbook, targets, every=every, window=window, as_json=as_json)
 
 
 @main.command(epilog=SEVERAL)

@@ -13,6 +13,7 @@ from gpuops.errors import ExitCode
 from gpuops.client.events import Outcome
 from gpuops.client.play import Play
 from gpuops.agent.wire.records import outcome as record_outcome
+from gpuops.agent.wire.verdict import record_view, record_words
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _SIGNALS = {129: "SIGHUP: its tmux session was killed", 130: "SIGINT", 137: "SIGKILL", 139: "SIGSEGV", 143: "SIGTERM"}
@@ -49,6 +50,13 @@ def ended_outcome(play: Play, run_id: str, ev: Any, *, first_abort: Any = None, 
                        "(its tmux session and every process of the run went with it)", {"run": run_id, "container": container})
     info = run_info(play, run_id)
     said = {"last_line": last} if last else {}
+    how = _badly(info, ev)
+    if how is not None and info is not None and info.hardware is None:  # an Xid the follower did not hand over?
+        from gpuops.client.health import explain_end
+
+        info.hardware = explain_end(play, run_id, info, how)
+    if info is not None and info.outcome_code() == ExitCode.HARDWARE and info.hardware is not None:
+        return _hardware(run_id, info, said)
     if info is not None and info.abort is not None:
         return _stopped(run_id, info, play, said)
     if first_abort is not None and not abort_on_match:
@@ -113,6 +121,35 @@ def _stopped(run_id: str, info: Any, play: Play, said: dict[str, Any]) -> Outcom
         message += f"; thread stacks of {len(kept)} Python process(es) recorded before the signal (gpuops logs --stacks)"
     message += "".join(f"; no stacks of pid {st.get('pid')} ({st.get('error') or 'no answer'})" for st in rows if not st.get("file"))
     return Outcome(name, code if code is not None else ExitCode.ABORTED, message, data)
+
+
+def _badly(info: Any, ev: Any) -> str | None:
+    """How a run ended that an Xid may explain: a stall, a crash (failed) or a lost session; None otherwise."""
+    if info is None:
+        return None
+    if info.abort is not None:
+        return "stall" if info.abort.get("reason") == "stall" else None
+    code = ev.code if ev is not None and ev.code is not None else info.exit_code
+    if ev is None or ev.how == "gone" or code is None:
+        return "lost"
+    return "failed" if code != 0 else None
+
+
+def _hardware(run_id: str, info: Any, said: dict[str, Any]) -> Outcome:
+    """A run its GPU ended: which GPU, the Xid or counter, NVIDIA's action (hardware.json)."""
+    record = info.hardware
+    view = record_view(record)
+    instead = {"stall": "; it looked like a stall", "failed": "; the training crashed with it",
+               "lost": "; its session went with it"}.get(str(view.get("instead_of")), "")
+    blocked = f"; {view['restart_blocked']}" if view.get("restart_blocked") else ""
+    abort = info.abort or {}
+    done = info.abort_done or {}
+    data = {"run": run_id, "rule": view.get("rule"), "hardware": view, "by": abort.get("by"),
+            "line": abort.get("line"), "excerpt": abort.get("excerpt"), **said,
+            **({"command_exit_code": info.exit_code} if info.exit_code is not None else {}),
+            **({"stacks": done["stacks"]} if done.get("stacks") else {})}
+    return Outcome("hardware", ExitCode.HARDWARE,
+                   f"run {run_id} ended by its hardware: {record_words(record)}{instead}{blocked}", data)
 
 
 def _get(hit: Any, key: str) -> Any:

@@ -7,6 +7,7 @@ from typing import Mapping as Env
 
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import (
+    HEALTH_MODES,
     SECRET_NAME,
     Abort,
     EnvVar,
@@ -24,7 +25,7 @@ from gpuops.errors import ConfigError
 from gpuops.position import Mark
 PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort",
                  "restart", "notify")
-PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes")
+PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes", "health", "xid_window")
 WARMUP_KEYS = ("gpus", "command", "timeout", "drain_timeout")
 LAUNCH_KEYS = ("session", "command", "compile_guard", "nodes", "torchrun")
 ABORT_KEYS = ("signal", "grace")
@@ -210,6 +211,10 @@ def _preflight(node: Node | None) -> Preflight:
         fields["max_utilization_pct"] = s.integer(n, 0, 100)
     if (n := sec.get("allow_processes")) is not None:
         fields["allow_processes"] = s.boolean(n)
+    if (n := sec.get("health")) is not None:
+        fields["health"] = s.choice(n, HEALTH_MODES, "what preflight does with a GPU that needs a reset or service")
+    if (n := sec.get("xid_window")) is not None:
+        fields["xid_window"] = s.seconds(n, zero_ok=True)
     return Preflight(**fields)  # type: ignore[arg-type]
 
 

@@ -26,12 +26,20 @@ class EnvVar:
     from_env: str | None = field(default=None, compare=False)  # the local variable it is read from
 
 
+#: preflight.health: refuse a GPU that needs a reset or service (strict), only warn (warn), or read no health (off).
+HEALTH_MODES = ("strict", "warn", "off")
+#: watch.host_kernel_log: follow the host's kernel log for the run's Xids where the host user can read it, or not.
+HOST_LOG_MODES = ("auto", "off")
+
+
 @dataclass(frozen=True)
 class Preflight:
     gpus: tuple[int, ...] = ()
     max_memory_used_mib: int = wf.MAX_MEMORY_USED_MIB
     max_utilization_pct: int = 10
     allow_processes: bool = False
+    health: str = "strict"  # HEALTH_MODES (docs/health.md)
+    xid_window: float = 3600.0  # seconds back in the host's kernel log an Xid that needs a reset refuses the GPU; 0: off
     gpus_mark: Mark | None = field(default=None, compare=False)  # where gpus is written
 
 
@@ -109,6 +117,7 @@ class Watch:
         (spec.key, spec.defaults() if spec.default_on else None) for spec in DETECTORS)))
     recompiles: bool = False  # the run gets TORCH_LOGS=recompiles
     stacks: str = wf.STACKS  # on_stall | always | off: thread stacks recorded before the abort's signal
+    host_kernel_log: str = "auto"  # HOST_LOG_MODES: the host's kernel-log follower for the run's Xids (docs/health.md)
     metrics: Metrics = field(default_factory=Metrics)  # watch.metrics: textfile, pushgateway, keep_ended
 
 

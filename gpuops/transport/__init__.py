@@ -66,7 +66,7 @@ class Pool:
         return _target_transport(self.host(target.host), target)
 
     def connect_soon(self, targets: list[Target]) -> None:
-        """Start connecting the hosts of `targets` in the background (transport/early.py): what the command
+        """Start connecting the hosts of `targets` in the background (transport/ssh/head_start.py): what the command
         still does before its first remote call (imports, building its commands) then overlaps the handshakes."""
         names = list(dict.fromkeys(t.host for t in targets))
         if any(self.inventory.hosts[n].transport == "ssh" for n in names):

@@ -46,9 +46,17 @@ class Stream(Protocol):
 
 
 class Container(Protocol):
-    """What only a container target can answer (the pct transport): its state, and pct's words read."""
+    """What only a container target can answer (the pct transport): its state, pct's words read, and the host it
+    runs on (whose kernel logs the container's GPU errors: docs/health.md)."""
 
     ctid: int
+
+    @property
+    def host(self) -> "Transport":
+        """The Proxmox host's own transport (what `pct` runs on): where the host's tools run."""
+
+    def from_host(self, cmd: Cmd) -> Cmd:
+        """cmd as the host runs it in the container (`pct exec CTID -- ...`, as the target's user)."""
 
     def run_with_state(self, cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str]:
         """Run cmd and learn the container's state in the same round trip: (result, `running`) when it

@@ -80,3 +80,10 @@ class _BecomeContainer:
 
     def raise_for_container(self, output: str) -> None:
         self._inner.raise_for_container(output)
+
+    @property
+    def host(self) -> Transport:
+        return self._inner.host
+
+    def from_host(self, cmd: Cmd) -> Cmd:
+        return self._inner.from_host(self._outer.as_user(cmd))

@@ -28,6 +28,13 @@ class PctTransport(Wrapping):
     def container(self) -> "PctTransport":
         return self
 
+    @property
+    def host(self) -> Transport:
+        return self.inner
+
+    def from_host(self, cmd: Cmd) -> Cmd:
+        return Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv)
+
     def wrap(self, cmd: Cmd) -> Cmd:
         return self.inner.wrap(Cmd("pct", "exec", str(self.ctid), "--", *cmd.argv))
 

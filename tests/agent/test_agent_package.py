@@ -192,8 +192,8 @@ def _strings(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.value
 
 
-#: The wire's own modules: the only ones that may read marker lines.
-_WIRE = {"protocol.py", "marks.py", "frames.py"}
+#: The wire's own modules: the only ones that may read marker lines (hostwire.py: the host's kernel-log tools').
+_WIRE = {"protocol.py", "marks.py", "frames.py", "hostwire.py"}
 
 
 def test_markers_are_parsed_only_by_the_protocol() -> None:

@@ -168,7 +168,8 @@ def test_one_state_vocabulary_keeps_the_words_users_see() -> None:
     compare and serialise as the same words as before."""
     words = {"warming", "running", "aborting", "exited", "succeeded", "failed", "aborted", "stalled", "timeout",
              "stopped", "lost", "not-started", "interrupted",
-             "restarting"}  # restarting: an attempt ended and the watchdog starts the next (playbook restart:)
+             "restarting",  # restarting: an attempt ended and the watchdog starts the next (playbook restart:)
+             "hardware"}  # hardware: a GPU of the run failed (docs/health.md)
     assert {s.value for s in p.RunState} == words
     for state in p.RunState:
         assert (str(state), f"{state}", json.dumps(state), state == state.value) == (
@@ -274,4 +275,5 @@ def test_an_older_gpuops_watch_json_reads_into_the_typed_config_with_defaults_fo
     assert watchfile.compose(cfg) == {**old, "schema_version": p.SCHEMA_VERSION, "restart": None, "stacks": "on_stall",
                             "notify": [], "metrics": {"textfile": None, "pushgateway": None, "secret": False,
                                                       "keep_ended": watchfile.METRICS_KEEP_ENDED},
-                            "slow_node": None}
+                            "slow_node": None,
+                            "gpu_xid": None, "gpu_ecc": None, "gpu_lost": None, "gpu_slowdown": None}

@@ -26,6 +26,7 @@ from pathlib import Path
 from bench import BENCH_PATH, BIN_DIR
 from bench import procs
 from bench.gpus import FakeGpus
+from bench.kmsg import KernelLog
 from bench.waiting import wait_until
 
 NODE = "pve1"
@@ -47,6 +48,7 @@ def host_env(root: Path) -> dict[str, str]:
         "GPUOPS_FAKE_ROOT": str(root),
         "GPUOPS_FAKE_GPUS": str(root / "host" / "gpus"),
         "GPUOPS_FAKE_WARMUP_LOG": str(root / "host" / "warmup.log"),
+        "GPUOPS_FAKE_KMSG": str(root / "host" / "kmsg"),  # its kernel log (bench.kmsg): unreadable until enabled
     }
 
 
@@ -212,6 +214,11 @@ class FakeProxmox:
     def warmup_log(self, vmid: int | None = None) -> Path:
         return self.root / "host" / "warmup.log" if vmid is None else self.ct_dir(vmid) / "warmup.log"
 
+    @property
+    def kernel_log(self) -> KernelLog:
+        """The host's kernel log (dmesg, journalctl -k there); containers share it but may not read it."""
+        return KernelLog(self.root / "host" / "kmsg")
+
     def set_gpu(
         self, vmid: int | None, index: int, *, memory_used: int | None = None, utilization: int | None = None
     ) -> None:
@@ -292,6 +299,7 @@ class LocalEnv:
         self.tmux_tmpdir = self.root / "tmux"
         self.gpu_dir = self.root / "gpus"
         self.warmup_log = self.root / "warmup.log"
+        self.kernel_log = KernelLog(self.root / "kmsg")  # this machine is its own host: its kernel log
         self.home.mkdir(parents=True, exist_ok=True)
         self.tmux_tmpdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.gpus = FakeGpus(self.gpu_dir)
@@ -307,6 +315,7 @@ class LocalEnv:
             "TMUX_TMPDIR": str(self.tmux_tmpdir),
             "GPUOPS_FAKE_GPUS": str(self.gpu_dir),
             "GPUOPS_FAKE_WARMUP_LOG": str(self.warmup_log),
+            "GPUOPS_FAKE_KMSG": str(self.kernel_log.path),
         }
 
     def set_gpu(self, index: int, *, memory_used: int | None = None, utilization: int | None = None) -> None:

@@ -6,6 +6,11 @@ A GPU state dir ($GPUOPS_FAKE_GPUS) holds:
                            "memory_used", "utilization"}, ...]}
                        memory_used / utilization are the baseline (another job's load).
                        No gpus.json: nvidia-smi fails as when no driver is loaded (exit 9).
+                       Health (absent keys read as a healthy GPU, as tests/data/real_h200/health/ shows
+                       one): "ecc_uncorrected_volatile", "ecc_corrected_volatile", "ecc_uncorrected_aggregate",
+                       "remapped_correctable", "remapped_uncorrectable", "remap_pending", "remap_failure",
+                       "slowdown" (clock-event reason names), "recovery_action", "pcie" ({gen, gen_max,
+                       width, width_max}), "temperature", "requires_reset", "lost" (set_health).
   procs/<pid>.json     {"pid", "starttime", "name", "gpus": [{"gpu", "used_memory", "busy"}]}
                        written by stand-in workloads; an entry counts only while that
                        process lives (same pid and start time); nvidia-smi drops dead ones.
@@ -122,6 +127,34 @@ class FakeGpus:
             raise KeyError(f"no GPU {index} in {self.path}")
 
         self._update(change)
+
+    def set_health(self, index: int, **health: object) -> None:
+        """Give a GPU a health state nvidia-smi then reports (keys: the module docstring's health keys; None
+        removes one): e.g. set_health(5, ecc_uncorrected_volatile=2), set_health(6, remap_failure=True),
+        set_health(4, slowdown=["hw_thermal_slowdown"]), set_health(7, lost=True)."""
+        known = {"ecc_uncorrected_volatile", "ecc_corrected_volatile", "ecc_uncorrected_aggregate",
+                 "remapped_correctable", "remapped_uncorrectable", "remap_pending", "remap_failure", "slowdown",
+                 "recovery_action", "pcie", "temperature", "requires_reset", "lost"}
+        unknown = set(health) - known
+        if unknown:
+            raise KeyError(f"unknown health keys {sorted(unknown)} (known: {sorted(known)})")
+
+        def change(data: dict) -> None:
+            for gpu in data["gpus"]:
+                if gpu["index"] == index:
+                    for key, value in health.items():
+                        if value is None:
+                            gpu.pop(key, None)
+                        else:
+                            gpu[key] = value
+                    return
+            raise KeyError(f"no GPU {index} in {self.path}")
+
+        self._update(change)
+
+    def bus_id(self, index: int) -> str:
+        """The GPU's pci.bus_id as nvidia-smi prints it (`00000000:9A:00.0`)."""
+        return next(g["pci_bus_id"] for g in self.state()["gpus"] if g["index"] == index)
 
     def hide_compute_apps(self, hidden: bool = True) -> None:
         """Inside an LXC container the compute-apps list can be empty while memory is used."""

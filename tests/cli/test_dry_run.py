@@ -58,11 +58,17 @@ def stdins(stdout: str) -> dict[str, str]:
             if "\n# stdin: " in text}
 
 
-STEPS = ["copy gpuops' target files, only when the target lacks them", "preflight (lock + probe, one round trip)",
+XIDS = "beside it, on the host: the Xids of its kernel log's last seconds"
+HOST_WATCH = ("on the host, where it can read its kernel log: follow it for the run's GPUs (the spec on stdin; it reaches "
+              "the run through the command in `link`)")
+STEPS = ["copy gpuops' target files, only when the target lacks them", "preflight (lock + probe, one round trip)", XIDS,
          "create the run directory"]
-LAST_STEPS = ["record the phase", "start the watchdog, then training in tmux", "follow the log and the watchdog's events",
+LAST_STEPS = ["record the phase", "start the watchdog, then training in tmux", HOST_WATCH,
+              "follow the log and the watchdog's events",
               "stop the run: a match or a stall while its watchdog is gone, or --timeout",
               "after a run its watchdog did not see end: reap leftover processes"]
+#: The steps that run on the Proxmox host itself (its kernel log: docs/health.md), not in the container.
+ON_HOST = (XIDS, HOST_WATCH)
 
 
 def no_network() -> tuple[str, ...]:
@@ -97,13 +103,19 @@ def test_example_inventory_and_dflash_playbook_print_every_pct_exec_command() ->
                       "each line below sent as the remote command:")  # fmt: skip
     found = steps(result.stdout)
     names = list(found)
-    assert names[:3] == STEPS
+    assert names[:4] == STEPS
     drains = {gpu: f"after warmup GPU {gpu}: poll its memory until it drains" for gpu in (5, 6, 7)}
     for i, gpu in enumerate((5, 6, 7)):
-        assert names[3 + 2 * i : 5 + 2 * i] == [f"warmup GPU {gpu}", drains[gpu]]
-    assert names[9:] == LAST_STEPS
+        assert names[4 + 2 * i : 6 + 2 * i] == [f"warmup GPU {gpu}", drains[gpu]]
+    assert names[10:] == LAST_STEPS
     for name, command in found.items():
-        assert command.startswith("pct exec 200 -- bash -c '"), (name, command)
+        if name in ON_HOST:
+            assert command.startswith("bash -c '"), (name, command)
+        else:
+            assert command.startswith("pct exec 200 -- bash -c '"), (name, command)
+    assert found[XIDS].endswith(" gpuops xids 3600") and found[HOST_WATCH].endswith(" gpuops host-watch")
+    link = json.loads(stdins(result.stdout)[HOST_WATCH])["link"]
+    assert link[:5] == ["pct", "exec", "200", "--", "bash"] and link[-2:] == ["host-link", "<run-id>"]
     for gpu in (5, 6, 7):
         warm = found[f"warmup GPU {gpu}"]
         assert warm.endswith(f" gpuops <run-id> {gpu} 'python /root/warmup_drafter.py --device cuda:{gpu}'")
@@ -131,7 +143,7 @@ def test_example_dry_run_as_json_lines(tmp_path: Path) -> None:
     assert [ev["step"] for ev in events if ev.get("step", "").startswith("warmup GPU")] == [
         "warmup GPU 5", "warmup GPU 6", "warmup GPU 7",
     ]  # fmt: skip
-    assert all(ev["command"].startswith("pct exec 200 -- ") for ev in events[:-1])
+    assert all(ev["command"].startswith("pct exec 200 -- ") for ev in events[:-1] if ev["step"] not in ON_HOST)
     summary = events[-1]
     assert (summary["event"], summary["outcome"], summary["exit_code"]) == ("summary", "dry-run", 0)
     text_out = gpuops("launch", "--dry-run", "-i", str(EXAMPLE_INV), "-p", str(DFLASH), prefix=no_network()).stdout
@@ -277,7 +289,8 @@ def test_printed_commands_run_as_printed_through_both_shell_layers(
     send(STEPS[0], bundle().zip)
     lock = send(STEPS[1]).stdout.decode()  # stdin empty: the lock is taken, the probe printed, the lock let go
     assert "@@gpuops gpus\n" in lock and "@@gpuops locked-ok\n" in lock
-    send(STEPS[2], data[STEPS[2]].encode())
+    assert found[XIDS].startswith("bash -c '")  # on the host (its files copied there when it lacks them)
+    send(STEPS[3], data[STEPS[3]].encode())
     assert send("warmup GPU 5").stdout.decode() == value + "\ngpu=5\n"
     send("record the phase", data["record the phase"].encode())
     assert "@@gpuops started" in send("start the watchdog, then training in tmux").stdout.decode()

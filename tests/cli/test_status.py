@@ -33,7 +33,7 @@ STATUS_KEYS = {"schema_version", "ts", "event", "target", "host", "ctid", "reach
 GPU_KEYS = {"index", "memory_used_mib", "memory_total_mib", "utilization_pct", "processes"}
 RUN_KEYS = {"id", "session", "state", "exit_code", "command_exit_code", "started_at", "playbook", "seconds_since_log",
             "log_bytes", "abort", "last_match", "stopped_by", "watchdog", "telemetry", "attempts", "max_attempts",
-            "compile_guard"}  # fmt: skip
+            "compile_guard", "hardware", "host_kernel_log"}  # fmt: skip
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 

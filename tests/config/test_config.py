@@ -299,7 +299,8 @@ def test_unknown_key_suggests_the_closest(tmp_path: Path) -> None:
         """
     assert playbook_error(tmp_path, text) == (
         "7:5: unknown key 'stall_timout' in watch (expected one of: builtin, builtin_rules, compile_after_warmup, "
-        "gpu_memory, metrics, recompiles, rules, sample_interval, slow_node, stacks, stall_auto, stall_timeout, throughput); "
+        "gpu_ecc, gpu_lost, gpu_memory, gpu_slowdown, gpu_xid, host_kernel_log, metrics, recompiles, rules, sample_interval, "
+        "slow_node, stacks, stall_auto, stall_timeout, throughput); "
         "did you mean 'stall_timeout'?"
     )
 

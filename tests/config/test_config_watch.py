@@ -35,10 +35,14 @@ def test_defaults_without_a_watch_section(tmp_path: Path) -> None:
     assert watch(tmp_path, "") == Watch(
         builtin=True, rules=(), stall_timeout=900.0, builtin_rules=(), stall_auto=None, sample_interval=2.0,
         detectors=DetectorSettings((("throughput", None), ("gpu_memory", GpuMemory()),
-                          ("compile_after_warmup", CompileAfterWarmup()))),
-        recompiles=False,
+                          ("compile_after_warmup", CompileAfterWarmup()), ("slow_node", by_key("slow_node").settings()),
+                          *((k, by_key(k).settings()) for k in ("gpu_xid", "gpu_ecc", "gpu_lost", "gpu_slowdown")))),
+        recompiles=False, host_kernel_log="auto",
     )
     assert GpuMemory().action == "warn" and CompileAfterWarmup().action == "warn"  # on by default
+    # the GPUs' own health: abort what needs a reset, warn on a slowdown (docs/health.md)
+    assert [by_key(k).settings().action for k in ("gpu_xid", "gpu_ecc", "gpu_lost", "gpu_slowdown")] == [
+        "abort", "abort", "abort", "warn"]
 
 
 def test_the_contracts_quiet_failure_keys_load_with_the_values_written(tmp_path: Path) -> None:

@@ -68,6 +68,16 @@ class Detectors:
         for d in self.judges:
             d.sample(t, gpus)
 
+    def health(self, t: float, sample: Any) -> None:
+        """The health fields of the same sample (detect/sampler.HealthSample)."""
+        for d in self.judges:
+            d.health(t, sample)
+
+    def xid(self, t: float, record: Dict[str, Any]) -> None:
+        """An Xid on a GPU of the run, from the host's kernel log."""
+        for d in self.judges:
+            d.xid(t, record)
+
     def cache_dir(self, env: Dict[str, str]) -> Optional[str]:
         """The folder whose new files a detector counts (the watchdog walks it), or None."""
         return next((folder for folder in (d.cache_dir(env) for d in self.judges) if folder), None)

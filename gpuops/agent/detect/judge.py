@@ -3,9 +3,10 @@ the baseline it judges against, and what it returns (Finding).
 
 A detector module (gpuops/agent/detect/<module>.py, named by its entry in wire/detector_list.py) defines
 `class Detector(judge.Detector)`. The watchdog feeds every detector what it measured: the figures its
-own metric rules read off the log (`metrics`, `measure`), nvidia-smi samples (`sample`) and the inductor
-cache's new files (`cache_dir`, `cache_files`, `cache_shared`); then asks `judge(t)` for the findings that
-begin at t. Each input is optional: the base class ignores what a detector does not override.
+own metric rules read off the log (`metrics`, `measure`), nvidia-smi samples (`sample`), the GPUs' health
+fields of the same samples (`health`), the Xids the host's kernel log showed on the run's GPUs (`xid`) and
+the inductor cache's new files (`cache_dir`, `cache_files`, `cache_shared`); then asks `judge(t)` for the
+findings that begin at t. Each input is optional: the base class ignores what a detector does not override.
 """
 
 from __future__ import annotations
@@ -105,6 +106,14 @@ class Detector:
 
     def sample(self, t: float, gpus: GpuSample) -> None:
         """One nvidia-smi sample of the run's GPUs."""
+
+    def health(self, t: float, sample: Any) -> None:
+        """The health fields of the same sample (detect/sampler.HealthSample: each GPU's row, the GPUs nvidia-smi
+        could not open, those it left out)."""
+
+    def xid(self, t: float, record: Dict[str, Any]) -> None:
+        """An Xid the host's kernel log showed on a GPU of the run (a host-xids.jsonl `xid` record: the line's
+        facts, the catalog's words, the GPU's index, bus id and UUID)."""
 
     def cache_files(self, t: float, new: int, examples: List[str]) -> None:
         """New files in its cache folder since the snapshot at training start."""

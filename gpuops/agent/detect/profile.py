@@ -37,7 +37,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .judge import Baseline
 from ..wire.detector_list import DetectorSettings
+from ..wire import protocol as p
 from ..wire.protocol import ATTEMPT, EVENTS
+from ..wire.verdict import record_view as hardware_summary
 from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
 from .telemetry import Sample, read_samples
 
@@ -161,7 +163,8 @@ def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str]
     since = attempt.get("started") if isinstance(attempt.get("started"), (int, float)) else first
     steady = [s for s in samples if since is None or s.t >= since + settle]
     tp = [(s.throughput, s.n) for s in steady if s.throughput is not None]
-    name, code = outcome(exit_text, abort, session_alive)
+    hardware = read_json(os.path.join(run_dir, p.HARDWARE))
+    name, code = outcome(exit_text, abort, session_alive, hardware)
     return {
         "run": meta.get("id") or os.path.basename(os.path.normpath(run_dir)),
         "playbook": meta.get("playbook"),
@@ -173,7 +176,8 @@ def build_profile(run_dir: str, *, settle: float = 60.0, findings: Sequence[str]
         "outcome": name,
         "exit_code": code,
         "command_exit_code": command_exit_code(exit_text),
-        "rule": (abort or {}).get("rule"),
+        "rule": (hardware or {}).get("rule") or (abort or {}).get("rule"),
+        **({"hardware": hardware_summary(hardware)} if hardware else {}),
         "by": (abort or {}).get("by"),
         "settle": settle,
         "findings": sorted(set(findings) | set(logged_findings(run_dir))),

@@ -10,7 +10,6 @@ playbook on this target, or the playbook's numbers. When the run ends its profil
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
@@ -20,100 +19,38 @@ from .gpu_apps import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher
 from .detectors import Detectors, Finding, heartbeat
-from ..system.procs import end_child
+from ..system.procs import die_with_parent
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
+from ..wire.hostwire import HOST_LOG, HostLog, read_host_log
 from ..wire.records import read_json
-from ..wire.smi import SmiError, parse_sample, sample_argv
+from ..wire.health import SLOWDOWN
+from .sampler import REFUSED, HealthSample, Sampler
 from .telemetry import TelemetryLog
 from .throughput import FIGURE, Figures, parse_figure
 
 #: Sample intervals between walks of the inductor cache (a walk of 20,000 entries takes tens of ms):
 #: every 10 s at the default 2 s interval.
 CACHE_EVERY = 5
-#: Seconds before a sampler that died is started again.
-RESTART_AFTER = 30.0
 
 
-def die_with_parent() -> None:
-    """In the sampler's child: the kernel ends it when the watchdog dies, even by SIGKILL (else every
-    restart would leave an nvidia-smi loop behind)."""
-    import ctypes
-    import signal
+class HostFeed:
+    """The run's host-xids.jsonl (what the host's kernel-log follower handed over), read from where it was left."""
 
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the watchdog's own exit stops it
-        pass
+    def __init__(self, d: str) -> None:
+        self.d = d
+        self.log = HostLog()
 
-
-class Sampler:
-    """`nvidia-smi --query-gpu=index,memory.used,utilization.gpu ... -lms N` read without blocking."""
-
-    def __init__(self, gpus: List[int], interval: float) -> None:
-        self.gpus, self.interval = gpus, interval
-        self.proc: Optional[subprocess.Popen] = None
-        self.buf = b""
-        self.rows: Dict[int, bytes] = {}
-        self.down_since: Optional[float] = None
-        self.problem: Optional[str] = None  # why there are no samples (said once)
-
-    def start(self, now: float) -> None:
-        argv = sample_argv(self.gpus) + ["-lms", str(max(100, int(self.interval * 1000)))]
+    def grew(self) -> bool:
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         preexec_fn=die_with_parent)
-        except OSError as exc:
-            self.problem, self.down_since = "nvidia-smi cannot run: %s" % (exc.strerror or exc), now
-            return
-        os.set_blocking(self.proc.stdout.fileno(), False)
-
-    def fds(self) -> List[int]:
-        return [self.proc.stdout.fileno()] if self.proc is not None else []
-
-    def poll(self, now: float) -> List[Dict[int, Any]]:
-        """The complete samples that arrived (each: index -> (MiB, %))."""
-        if self.proc is None:
-            if self.down_since is None or now - self.down_since >= RESTART_AFTER:
-                self.start(now)
-            return []
-        try:
-            raw = self.proc.stdout.read()  # None: nothing yet; b"": its pipe closed
+            return os.path.getsize(os.path.join(self.d, HOST_LOG)) > self.log.size
         except OSError:
-            raw = None
-        chunk = raw or b""
-        self.buf += chunk
-        out = []
-        *lines, self.buf = self.buf.split(b"\n")
-        for line in lines:
-            index = line.split(b",", 1)[0].strip()
-            if not index.isdigit():  # an error text: the loop is of no use
-                self.problem = line.decode("utf-8", "replace").strip()[:300] or "nvidia-smi failed"
-                continue
-            if int(index) in self.rows:
-                out += self._sample()
-            self.rows[int(index)] = line
-        if len(self.rows) == len(self.gpus):
-            out += self._sample()
-        code = self.proc.poll()
-        if code is None and raw == b"":  # its pipe closed: of no more use (and it would wake every wait)
-            self.proc.kill()
-            code = self.proc.wait()
-        if code is not None:
-            self.proc, self.down_since = None, now
-            self.problem = self.problem or "nvidia-smi exited with code %s" % code
-        return out
+            return False
 
-    def _sample(self) -> List[Dict[int, Any]]:
-        text = b"\n".join(self.rows[i] for i in sorted(self.rows)).decode("utf-8", "replace")
-        self.rows = {}
-        try:
-            return [parse_sample(text)]
-        except SmiError as exc:
-            self.problem = str(exc)[:300]
-            return []
-
-    def stop(self) -> None:
-        end_child(self.proc)
+    def take(self) -> List[Dict[str, Any]]:
+        """The Xid records that came since the last take."""
+        before = len(self.log.xids)
+        read_host_log(self.d, self.log.size, self.log)
+        return self.log.xids[before:]
 
 
 class Quiet:
@@ -142,6 +79,8 @@ class Quiet:
             os.path.dirname(d), os.path.basename(d), self.cache.path, os.environ)
         self.fired: List[str] = []
         self.last: Dict[str, Any] = {}  # the newest figures, for the heartbeat
+        self.health: Optional[HealthSample] = None  # the newest health sample (the restart gate reads it)
+        self.host = HostFeed(d)
 
     def _cache_watcher(self) -> Optional[CacheWatcher]:
         folder = self.detectors.cache_dir({**os.environ, **self.cfg.env})
@@ -182,11 +121,14 @@ class Quiet:
             self.processes.poll(now)
             if self.processes.uuids and "uuids" not in self.last:  # each GPU's UUID (the metrics' uuid label)
                 self.last["uuids"] = {str(i): u for u, i in self.processes.uuids.items()}
-            for sample in self.sampler.poll(now):
+            for sample, health in self.sampler.poll(now):
                 self.samples += 1
                 procs = self.processes.take()
                 self.telemetry.append(now, sample, procs=procs, throughput=self.figures.take())
                 self.detectors.sample(now, sample)
+                self.detectors.health(now, health)
+                self.health = health
+                self.last["health"] = self.counters(health)
                 self.last["gpus"] = {str(g): list(v) for g, v in sample.items()}
                 if procs is not None:
                     self.last["processes"] = {str(g): n for g, n in procs.items()}
@@ -201,9 +143,36 @@ class Quiet:
                 self.detectors.cache_shared(now, others, self.cache.path)
             else:
                 self.detectors.cache_files(now, new, examples)
+        for record in self.host.take():
+            self.detectors.xid(now, record)
         findings = self.detectors.judge(now)
         self.fired += [f.rule for f in findings if f.action != "note"]
         return findings
+
+    def counters(self, health: HealthSample) -> Dict[str, Dict[str, int]]:
+        """Each GPU's health counters for the heartbeat (the metrics' gpuops_gpu_health_* families read them)."""
+        xids: Dict[str, int] = {}
+        for record in self.host.log.xids:
+            xids[str(record.get("index"))] = xids.get(str(record.get("index")), 0) + 1
+        out: Dict[str, Dict[str, int]] = {}
+        for index, row in health.rows.items():
+            found = {"xids": xids.get(str(index), 0), "field_errors": len(row.errors)}
+            ecc = row.count("ecc.errors.uncorrected.volatile.total")
+            flags = {"remap_pending": row.flag("remapped_rows.pending"), "remap_failure": row.flag("remapped_rows.failure")}
+            mask, action = row.mask, row.recovery_action
+            found.update({k: int(v) for k, v in flags.items() if v is not None})
+            if ecc is not None:
+                found["ecc_uncorrected_volatile"] = ecc
+            if mask is not None:
+                found["slowdown"] = int(bool(mask & SLOWDOWN))
+            if action is not None:
+                found["recovery_action"] = int(action != "None")
+            out[str(index)] = found
+        return out
+
+    def host_grew(self) -> bool:
+        """The host's kernel-log follower handed something over since the last tick."""
+        return self.host.grew()
 
     def fds(self) -> List[int]:
         """The samplers' pipes: the watchdog's wait ends when a sample arrives."""
@@ -216,7 +185,7 @@ class Quiet:
         why = self.sampler.problem if self.sampler is not None else None
         if why and why != self.said_problem:
             self.said_problem = why
-            return why
+            return why if why.startswith(REFUSED) else "no GPU samples: " + why
         return None
 
     def heartbeat(self) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional
 from ..wire import protocol as p
 from ..wire.records import outcome, read_json, read_text, command_exit_code
 from ..wire.watchfile import WatchConfig
+from ..wire.verdict import record_view, record_words
 from .said import clean
 
 #: The events a channel may be told of (playbook `notify[].on`), and the default (both sides read them in the wire).
@@ -49,15 +50,18 @@ def build(d: str, cfg: WatchConfig, what: str, data: Dict[str, Any]) -> Dict[str
     max_attempts = cfg.max_attempts
     abort = read_json(os.path.join(d, p.ABORT))
     exit_text = read_text(os.path.join(d, p.EXIT_CODE))
+    hardware = read_json(os.path.join(d, p.HARDWARE))
     rule = data.get("rule") or (abort or {}).get("rule")
     excerpt = (abort or {}).get("excerpt") or data.get("excerpt")
     facts: Dict[str, Any] = {"by": (abort or {}).get("by") or data.get("stopped_by")}
+    if hardware is not None and what in ("aborted", "ended", "stalled"):  # the GPU that failed, and what to do
+        facts["hardware"] = record_view(hardware)
     if what in ("aborted", "ended"):  # the threads' stacks taken before the abort's signal, once it finished
         done = read_json(os.path.join(d, p.ABORT_DONE)) or {}
         facts["stacks"] = done.get("stacks")
         facts["hang"] = data.get("hang") or done.get("hang")  # a stalled torchrun job: where it hung
     if what == "aborted":
-        name, code = outcome(None, abort or {"reason": data.get("reason")}, True)
+        name, code = outcome(None, abort or {"reason": data.get("reason")}, True, hardware)
         restarting = _restart_due(d, cfg)
         facts["restart_due"] = restarting
     elif what == "stalled":
@@ -70,11 +74,13 @@ def build(d: str, cfg: WatchConfig, what: str, data: Dict[str, Any]) -> Dict[str
         rule = data.get("after") or rec.get("after") or prev.get("rule") or rule
         excerpt = prev.get("excerpt") or excerpt
     elif what == "ended":
-        name, code = outcome(exit_text, abort, False)
+        name, code = outcome(exit_text, abort, False, hardware)
         facts["command_exit_code"] = command_exit_code(exit_text)
-        facts["restart_failed"] = _restart_failed(rec, abort)
+        facts["restart_failed"] = _restart_failed(rec, abort) or (hardware or {}).get("restart_blocked")
         if abort is None:
             rule, excerpt = None, None
+        if hardware is not None:
+            rule = hardware.get("rule") or rule
     else:  # warned
         name, code = p.RunState.RUNNING, None
         excerpt = data.get("excerpt") or data.get("line")
@@ -150,8 +156,14 @@ def _text(payload: Dict[str, Any], line: Any) -> str:
     attempt = ("attempt %s of %s" % (payload["attempt"], payload["max_attempts"])) if payload["max_attempts"] > 1 else ""
     said = _first_line(line or payload.get("excerpt"))
     rule = payload.get("rule")
+    if payload.get("hardware") and what in ("aborted", "ended"):  # the GPU, the Xid or counter, NVIDIA's action
+        said = record_words(payload["hardware"])
+        if what == "ended":
+            failed = ": " + payload["restart_failed"] if payload.get("restart_failed") else ""
+            return "gpuops: %s ENDED BY ITS HARDWARE (exit %s): %s%s; see: %s" % (
+                where, payload["exit_code"], said, failed, look)
     if what == "aborted":
-        why = "rule '%s' matched" % rule if rule and payload["outcome"] == "aborted" else payload["outcome"]
+        why = "rule '%s' matched" % rule if rule and payload["outcome"] in ("aborted", "hardware") else payload["outcome"]
         by = BY.get(str(payload.get("by")), payload.get("by"))
         head = "gpuops: %s ABORTED%s: %s%s" % (where, " by " + str(by) if by else "", why, ": " + said if said else "")
         head += _hang_words(payload)

@@ -32,12 +32,16 @@ def current(d: str) -> Dict[str, Any]:
     return rec
 
 
-def ended_by(d: str) -> Optional[str]:
-    """The restart.on name of what ended the current attempt (a rule, stall, failed); None: it succeeded,
-    was stopped for good, was lost, or never started training."""
+def ended_by(d: str, own: bool = False) -> Optional[str]:
+    """The restart.on name of what ended the current attempt (a rule, stall, failed; the gpu-* rule of its
+    hardware.json, which restart.on cannot name); None: it succeeded, was stopped for good, was lost, or never
+    started training. `own`: what ended it by itself, leaving hardware.json out."""
     abort = read_json(os.path.join(d, p.ABORT))
     if abort is None and os.path.exists(os.path.join(d, p.ABORT)):
         return None  # claimed with no record written (a full disk): a stop's, never restarted
+    hardware = None if own else read_json(os.path.join(d, p.HARDWARE))
+    if hardware is not None and (abort or {}).get("by") not in FOR_GOOD:
+        return str(hardware.get("rule") or "gpu-xid")  # the GPU's own failure: no rule restart.on may name
     if abort is not None:
         if abort.get("by") in FOR_GOOD or abort.get("reason") in FOR_GOOD:
             return None
@@ -46,11 +50,12 @@ def ended_by(d: str) -> Optional[str]:
     return p.RESTART_FAILED if code not in (None, 0) else None
 
 
-def due(d: str, cfg: WatchConfig) -> Optional[str]:
-    """The rule to restart after when the attempt that just ended should be restarted, else None."""
+def due(d: str, cfg: WatchConfig, own: bool = False) -> Optional[str]:
+    """The rule to restart after when the attempt that just ended should be restarted, else None (`own`: as
+    ended_by's: what its own end asks for, before its GPUs had their say)."""
     if current(d)["attempt"] >= cfg.max_attempts or not os.path.exists(os.path.join(d, p.STARTED)):
         return None
-    name = ended_by(d)
+    name = ended_by(d, own)
     return name if name is not None and cfg.restart is not None and name in cfg.restart.on else None
 
 

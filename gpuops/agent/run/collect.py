@@ -28,7 +28,7 @@ from ..system import tmux
 MAX_POINTS = 1500
 #: The events a report marks, and how many of them it keeps (the first and the last ones).
 MARKED = frozenset({"match", "note", "stall", "abort_start", "aborted", "abort_completed", "stopped_elsewhere",
-                    "restart", "attempt_started", "restart_failed", "restart_cancelled", "session_gone", "done"})
+                    "restart", "attempt_started", "restart_failed", "restart_cancelled", "session_gone", "done", "hardware"})
 MAX_EVENTS, KEEP_LAST = 400, 100
 STACK_BYTES, MAX_STACKS, STACKS_TOTAL = 256 * 1024, 64, 4 << 20
 KNOWN = 10  # run ids named when the one asked for is not there

@@ -15,7 +15,8 @@ from typing import Any, Dict, List
 
 from ..wire import protocol as p
 from ..detect.profile import build_profile
-from ..wire.records import read_json
+from ..wire.records import outcome, read_json, read_text
+from ..wire.verdict import record_view
 from ..system import tmux
 
 
@@ -44,6 +45,14 @@ def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[s
                 profile["outcome"] = p.RunState.INTERRUPTED if interrupted else p.RunState.NOT_STARTED
                 profile["exit_code"] = p.NOT_STARTED_EXIT[meta["phase"]]
                 profile["error"] = meta.get("error")
+        hardware = read_json(os.path.join(d, p.HARDWARE))
+        if hardware is not None and profile.get("outcome") != p.RunState.HARDWARE:  # written after the profile (a
+            # following client put the run's end down to an Xid): the one outcome mapping decides again
+            name, code = outcome(read_text(os.path.join(d, p.EXIT_CODE)), read_json(os.path.join(d, p.ABORT)), False,
+                                 hardware)
+            profile.update(outcome=name, exit_code=code, rule=hardware.get("rule") or profile.get("rule"))
+        if hardware is not None:
+            profile["hardware"] = record_view(hardware)
         profile.setdefault("session", meta.get("session"))
         if isinstance(meta.get("job"), dict):  # a node of a torchrun job: its place, and the node that ended it
             profile["job"] = _job(d, meta["job"])

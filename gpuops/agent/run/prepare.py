@@ -19,7 +19,9 @@ from ..wire import watchfile
 from ..wire.records import write_json_atomic
 
 #: The records `record` may rewrite (the others are written once, by their owners).
-REWRITABLE = (p.META,)
+#: The records a client may write: meta.json (the launch's phase), hardware.json (a stall or crash it put down to an
+#: Xid the host's kernel log shows, where the host's follower did not hand it over: client/health.explain_end).
+REWRITABLE = (p.META, p.HARDWARE)
 
 
 def _write(path: str, text: str, mode: int) -> None:

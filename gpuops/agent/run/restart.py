@@ -44,7 +44,7 @@ def _ended_record(d: str, rec: Dict[str, Any], after: str) -> Dict[str, Any]:
     """What attempt n was and how it ended (kept beside its records, read by junit and status)."""
     exit_text = read_text(os.path.join(d, p.EXIT_CODE))
     abort = read_json(os.path.join(d, p.ABORT))
-    name, code = outcome(exit_text, abort, False)
+    name, code = outcome(exit_text, abort, False, read_json(os.path.join(d, p.HARDWARE)))
     return {"attempt": int(rec["attempt"]), "compile_guard": bool(rec.get("compile_guard")), "outcome": name,
             "exit_code": code, "command_exit_code": command_exit_code(exit_text), "rule": after,
             "by": (abort or {}).get("by"), "line": (abort or {}).get("line"), "excerpt": (abort or {}).get("excerpt"),

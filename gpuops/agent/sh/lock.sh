@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The launch lock of one session and of the GPUs the run will use: taken here, printed with the
 # probe taken under it, and held for as long as the launcher's heartbeats keep coming on stdin.
-# Usage: lock.sh SESSION HOLDER [GPU...]
+# Usage: lock.sh [-H FIELDS] SESSION HOLDER [GPU...]   (-H: the probe reads the GPUs' health too: probe.sh -H)
 # A GPU belongs to at most one launch or run on this target, whatever the playbook: a GPU whose
 # lock another launch holds, or that a live run of another session uses, is refused (gpu-held).
 #        lock.sh --forget SESSION HOLDER [GPU...]
@@ -17,6 +17,8 @@ if [ "${1:-}" = --forget ]; then
   for N in "$@"; do forget "$G/locks/gpu-$N.holder" "session $S: $HOLDER"; done
   exit 0
 fi
+health=()
+if [ "${1:-}" = -H ]; then health=(-H "$2"); shift 2; fi
 S=$1 HOLDER=$2
 shift 2
 HERE=$(dirname "${BASH_SOURCE[0]}")
@@ -77,7 +79,7 @@ printf '%s\n' "$HOLDER" >"$L.holder"
 for N in "$@"; do printf 'session %s: %s\n' "$S" "$HOLDER" >"$G/locks/gpu-$N.holder"; done
 [ -n "$stale" ] && echo "@@gpuops stale $stale"
 close_locks() { exec 9>&-; for fd in "${gpu_fds[@]}"; do exec {fd}>&-; done; }
-( close_locks; bash "$HERE/probe.sh" "$S" )
+( close_locks; bash "$HERE/probe.sh" ${health[@]+"${health[@]}"} "$S" )
 echo "@@gpuops locked-ok"
 
 # Hold the locks while the launcher sends heartbeats; a silent launcher is a dead one. A launcher

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Everything status and preflight need, in one round trip: the clock, the GPUs, the tools the
 # watchdog needs, and for each gpuops session its tmux session, launch lock and current run.
-# Usage: probe.sh [-s] [-n] [SESSION...]   (-s: also the tail of each run's GPU samples; -n: not python3's
-# version, which only preflight needs; no SESSION: all)
+# Usage: probe.sh [-s] [-n] [-H FIELDS] [SESSION...]   (-s: also the tail of each run's GPU samples; -n: not
+# python3's version, which only preflight needs; -H: the GPUs' health, FIELDS appended to the GPU query (preflight,
+# gpuops health; agent/wire/health.py); no SESSION: all)
 # Prints marker lines (gpuops/agent/wire/protocol.py MARKS) with raw sections between them.
 # Every process it starts costs the status that waits for it: bash builtins where they do the job.
 set -u
 G="$HOME/.gpuops"
 samples=
 python=1
+health=
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) samples=1; shift;;
     -n) python=; shift;;
+    -H) health=$2; shift 2;;
     *) break;;
   esac
 done
@@ -25,9 +28,26 @@ echo "@@gpuops now ${now/,/.}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   exec 3< <(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv,noheader,nounits 2>&1
             echo "@@gpuops apps_rc $?")
-  echo "@@gpuops gpus"
-  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits 2>&1
-  echo "@@gpuops gpus_rc $?"
+  if [ -z "$health" ]; then
+    echo "@@gpuops gpus"
+    nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits 2>&1
+    echo "@@gpuops gpus_rc $?"
+  else
+    fields=index,uuid,memory.used,memory.total,utilization.gpu,$health
+    for _ in 1 2 3 4 5 6; do  # a field this driver does not know fails the whole query: ask again without it
+      out=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1); rc=$?
+      if [ "$rc" -ne 2 ]; then break; fi
+      case "$out" in 'Field "'*'" is not a valid field to query.'*) ;; *) break;; esac
+      bad=${out#Field \"}; bad=${bad%%\"*}
+      echo "@@gpuops health_refused $bad"
+      case "$bad" in clocks_event_reasons.*) alias=clocks_throttle_reasons.${bad#clocks_event_reasons.};; *) alias=;; esac
+      fields=$(printf '%s\n' "$fields" | tr ',' '\n' | sed "s/^$bad\$/$alias/" | grep -v '^$' | paste -sd,)
+    done
+    echo "@@gpuops health_fields $fields"
+    echo "@@gpuops gpus"
+    if [ -n "$out" ]; then printf '%s\n' "$out"; fi
+    echo "@@gpuops gpus_rc $rc"
+  fi
   echo "@@gpuops apps"
   while IFS= read -r line <&3 || [ -n "$line" ]; do printf '%s\n' "$line"; done
   exec 3<&-
@@ -90,6 +110,20 @@ list_sessions "$@" | while IFS= read -r S; do
     fi
   fi
   [ -f "$D/log" ] && echo "@@gpuops log $(stat -c '%s %Y' "$D/log")"
+  # The GPU fault that ended it (hardware.json), and the host's kernel-log follower (host-xids.jsonl: its first
+  # record, whether its link here lives, its last Xids, its end).
+  [ -f "$D/hardware.json" ] && echo "@@gpuops hardware $(head -c 65536 "$D/hardware.json" | tr -d '\n')"
+  if [ -f "$D/host-xids.jsonl" ]; then
+    IFS= read -r first <"$D/host-xids.jsonl"
+    echo "@@gpuops host_log ${first:0:16384}"
+    lp=${first#*\"link_pid\":}; lp=${lp%%[!0-9]*}
+    if [ "$lp" != "$first" ] && running "$lp"; then echo "@@gpuops host_log_pid alive"; else echo "@@gpuops host_log_pid dead"; fi
+    tail -n 64 "$D/host-xids.jsonl" | grep -F '"kind":"xid"' | tail -n 8 | while IFS= read -r x; do
+      echo "@@gpuops host_xid ${x:0:16384}"
+    done
+    last=$(tail -n 1 "$D/host-xids.jsonl")
+    case "$last" in *'"kind":"ended"'*) echo "@@gpuops host_log_end ${last:0:16384}";; esac
+  fi
   # The compile guard's counts, one record per Python process that compiled (at most 64).
   n=0
   for f in "$D"/compile-guard-counts/*.json; do

@@ -20,6 +20,18 @@ def running(pid: int) -> bool:
     return text.rsplit(b")", 1)[-1].split()[:1] != [b"Z"]
 
 
+def die_with_parent() -> None:
+    """In a child we start (a sampler loop, a kernel-log reader): the kernel ends it when we die, even by SIGKILL
+    (else every restart would leave a loop behind)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: our own exit stops it
+        pass
+
+
 def end_child(proc: Any) -> None:
     """Stop a child process of ours (a sampler loop): SIGTERM, 5 s, then SIGKILL, and reap it."""
     if proc is None or proc.poll() is not None:

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Type, TypeVar
 
 from ..run import restart as restarts
+from ..detect import hardware
 from ..run.abort import claimer_dead, finish_orphan
 from ..wire import protocol as p
 from ..wire.records import read_json, write_state
@@ -134,6 +135,10 @@ class Stall(Duty):
         if not self.said:
             self.said = True
             wd.events.write("stall", seconds=seconds, stall_timeout=limit, stall=wd.stall.describe(), **missing)
+            try:
+                hardware.explain(wd, "stall", wait=False)  # an Xid on a run GPU in its window: reported as the Xid
+            except OSError as exc:
+                wd.note_write_error(exc)
         wd.abort("stall", seconds=seconds, stall_timeout=limit, last_line=last_line(wd.d, wd.masker), **missing)
 
 
@@ -144,7 +149,8 @@ class Quiet(Duty):
     interval = p.HEARTBEAT_EVERY
 
     def due(self, w: Pass) -> bool:
-        return w.ready or super().due(w)
+        """Also when the host's kernel-log follower handed an Xid over (host-xids.jsonl grew: a record change)."""
+        return w.ready or super().due(w) or (self.wd.waker.records and self.wd.quiet.host_grew())
 
     def run(self, w: Pass) -> None:
         wd = self.wd
@@ -157,7 +163,7 @@ class Quiet(Duty):
             wd.on_finding(finding)
         problem = wd.quiet.problem()
         if problem:
-            wd.events.write("telemetry_problem", message="no GPU samples: " + problem)
+            wd.events.write("telemetry_problem", message=problem)
 
 
 class Claims(Duty):

@@ -13,6 +13,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..wire import protocol as p
+from ..wire.detector_list import finding_key
 from ..run.prepare import append_event
 
 #: Events a full disk keeps waiting to be written (the oldest beyond are dropped).
@@ -49,7 +50,7 @@ class EventLog:
         self.path = os.path.join(d, p.EVENTS)
         self.listener = listener  # told of each event written (the notifier: agent/notify/outbox.py)
         self.reported: set = set()
-        self.findings: set = set()  # (detector rule, gpu) reported
+        self.findings: set = set()  # (detector rule, gpu, its Xid or counter) reported
         self.counts: Dict[str, int] = {}
         try:
             with open(self.path, "rb") as fh:
@@ -61,7 +62,7 @@ class EventLog:
                     if isinstance(ev, dict) and ev.get("event") == "restart":  # what came before was another attempt
                         self.reported, self.findings, self.counts = set(), set(), {}
                     if isinstance(ev, dict) and ev.get("event") in ("match", "note") and ev.get("figures") is not None:
-                        self.findings.add((ev.get("rule"), (ev.get("figures") or {}).get("gpu")))
+                        self.findings.add(finding_key(ev.get("rule"), ev.get("figures")))
                     if isinstance(ev, dict) and ev.get("event") == "match":
                         self.reported.add((ev.get("rule"), ev.get("offset")))
                         self.counts[ev.get("rule")] = self.counts.get(ev.get("rule"), 0) + 1

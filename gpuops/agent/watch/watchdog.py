@@ -28,10 +28,12 @@ from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..wire.masking import Masker
 from ..detect.detectors import figure_rules
+from ..detect import hardware
 from ..detect.quiet_failures import Quiet
-from ..wire.records import read_json
+from ..wire.records import read_json, read_text
 from ..run.prepare import append_event, set_aside
 from ..wire.builtin_rules import advice
+from ..wire.detector_list import finding_key
 from ..wire.stall import StallClock
 from ..system.wake import Waker
 from ..wire.ruleset import build_matcher
@@ -150,7 +152,7 @@ class Watchdog:
             self.abort("match", rule=hit.rule, line=hit.line, excerpt=hit.excerpt)
 
     def on_finding(self, f: Any) -> None:
-        key = (f.rule, f.figures.get("gpu"))
+        key = finding_key(f.rule, f.figures)
         if key in self.events.findings:
             return  # reported before a restart
         self.events.findings.add(key)
@@ -162,6 +164,8 @@ class Watchdog:
                           excerpt=f.message + "\n" + f.advice)
         if f.action == "abort" and self.first_abort is None:
             self.first_abort = f
+            if hardware.is_hardware(f) and self.status == "watching" and hardware.read(self.d) is None:
+                hardware.write(self.d, hardware.from_finding(f))  # before the claim: every reader of it sees both
             self.abort("match", rule=f.rule, line=f.message, excerpt=f.message + "\n" + f.advice, figures=f.figures)
 
     # -- stopping the run ---------------------------------------------------------------------
@@ -226,8 +230,10 @@ class Watchdog:
         self.link.at_end()
         self.over = True
         self.duty(Heartbeat).beat(force=True)  # says at once whether a restart is due: a stop from now on must end it for good
+        ending = None
         if not os.path.exists(os.path.join(self.d, p.ABORT)):
             vanished = not os.path.exists(os.path.join(self.d, p.EXIT_CODE))
+            ending = "lost" if vanished else None
             survivors = reap(self.run_id)
             if vanished:  # the status the command then ended with is the reap's SIGTERM, not its own: lost
                 set_aside(self.d, p.EXIT_CODE, p.EXIT_CODE_REAPED)
@@ -244,7 +250,7 @@ class Watchdog:
             self.aborter.join()
         self.waker.close()
         self.live.close()
-        after = restarts.due(self.d, self.cfg)
+        after = self.hardware_end(ending)
         self.link.close(store_gone=after is not None)
         try:
             self.quiet.finish()
@@ -260,6 +266,33 @@ class Watchdog:
         self.events.write("done")
         self.duty(Heartbeat).beat(force=True)
         self.duty(Metrics).end()
+
+    def hardware_end(self, ending: Optional[str]) -> Optional[str]:
+        """The rule to restart after, once the run's GPUs had their say: a stall, crash or lost run whose window holds
+        an Xid that needs a reset is reported as the Xid (hardware.json), and no restart starts on a GPU that needs
+        a reset (`restart_failed` says why; the run ends `hardware`)."""
+        after = restarts.due(self.d, self.cfg, own=True)  # what the attempt's own end asks for
+        abort = read_json(os.path.join(self.d, p.ABORT)) or {}
+        if ending is None:
+            code = (read_text(os.path.join(self.d, p.EXIT_CODE)) or "").strip()
+            ending = "stall" if abort.get("reason") == "stall" else (
+                "failed" if not abort and code not in ("", "0") else None)
+        try:
+            if ending is not None:
+                hardware.explain(self, ending, wait=ending != "stall")
+            blocked = hardware.blocks_restart(self) if after is not None else None
+        except OSError as exc:  # its record cannot be written: the run ends as it would have
+            self.note_write_error(exc)
+            return after
+        if blocked is None:
+            return after
+        gpu = blocked.get("gpu") or {}
+        self.events.write("restart_failed", attempt=int(self.attempt["attempt"]) + 1, message=blocked["restart_blocked"],
+                          rule=blocked.get("rule"), figures={"gpu": gpu.get("index"), "bus_id": gpu.get("bus_id"),
+                                                             "uuid": gpu.get("uuid"),
+                                                             "xid": (blocked.get("xid") or {}).get("code"),
+                                                             "counter": blocked.get("counter")})
+        return None
 
     def note_write_error(self, exc: OSError) -> None:
         """Said once per spell of failing writes (when it can be written): the watching goes on."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["DETECTORS", "DetectorSpec", "Key", "NO_BASELINE", "Plot", "DetectorSettings", "by_key", "rules", "notes",
-           "restartable"]
+__all__ = ["DETECTORS", "DetectorSpec", "Key", "NO_BASELINE", "Plot", "DetectorSettings", "by_key", "finding_key",
+           "hardware_rules", "rules", "notes", "restartable"]
 
 #: What a key's value is (the playbook loader's reader for it, gpuops/config/keys/watch.py):
 #: seconds (> 0), number (strictly between `above` and `below`), integer (>= `least`), pattern (a Python
@@ -78,6 +78,7 @@ class DetectorSpec:
     switch: bool = False  # `true` / `false` may stand for its section
     restart: bool = True  # restart.on may name its rules
     baseline: Optional[str] = None  # the profile's level its `baseline` key gives (throughput | gpu_memory)
+    hardware: bool = False  # its findings are a GPU's own failure: a run it ends is `hardware`, exit 10
     heartbeat: Tuple[str, ...] = ()  # keys the watchdog's heartbeat carries in its telemetry (status reads them)
     plot: Optional[Plot] = None
 
@@ -189,6 +190,32 @@ DETECTORS: Tuple[DetectorSpec, ...] = (
             _seconds("window", 60.0, WINDOW, window=True),
             Key("action", "action", "warn", "what a slow node does"),
         )),
+    DetectorSpec(
+        "gpu_xid", "gpu_xid", ("gpu-xid",), actions=("abort", "warn", "off"), default_on=True, switch=True,
+        restart=False, hardware=True,
+        doc="an Xid on a GPU of the run in the host's kernel log (watch.host_kernel_log): one that needs a reset or "
+            "more (NVIDIA's Xid catalog) takes its action, one of the application's (restart the application) warns",
+        keys=(Key("action", "action", "abort", "what an Xid that needs a reset or more does"),)),
+    DetectorSpec(
+        "gpu_ecc", "gpu_ecc", ("gpu-ecc",), actions=("abort", "warn", "off"), default_on=True, switch=True,
+        restart=False, hardware=True,
+        doc="new uncorrected ECC errors on a GPU of the run, a row remap pending or failed, or a recovery action the "
+            "driver asks for (gpu_recovery_action)",
+        keys=(Key("action", "action", "abort", "what a new uncorrected error, remap or recovery action does"),)),
+    DetectorSpec(
+        "gpu_lost", "gpu_lost", ("gpu-lost",), actions=("abort", "warn", "off"), default_on=True, switch=True,
+        restart=False, hardware=True,
+        doc="a GPU of the run stops answering (nvidia-smi cannot open it, or reads its fields as an error) or "
+            "disappears from the samples for `window` seconds",
+        keys=(_seconds("window", 30.0, "seconds a GPU may be missing from the samples (two at least) before it "
+                       "counts as lost"),
+              Key("action", "action", "abort", "what a lost GPU does"))),
+    DetectorSpec(
+        "gpu_slowdown", "gpu_slowdown", ("gpu-slowdown",), actions=("warn", "abort", "off"), default_on=True,
+        switch=True, restart=False, hardware=True,
+        doc="a hardware, thermal or power-brake slowdown of a GPU of the run in every sample for `window` seconds",
+        keys=(_seconds("window", 60.0, "seconds the slowdown must last (two samples at least)"),
+              Key("action", "action", "warn", "what a sustained slowdown does"))),
 )
 
 
@@ -210,3 +237,15 @@ def notes() -> Tuple[str, ...]:
 def restartable() -> Dict[str, DetectorSpec]:
     """The detector rules restart.on may name, and whose they are."""
     return {rule: spec for spec in DETECTORS if spec.restart for rule in spec.rules}
+
+
+def hardware_rules() -> Tuple[str, ...]:
+    """The rules of the GPUs' own health: a run one of them ends is `hardware` (exit 10), never restarted onto."""
+    return tuple(rule for spec in DETECTORS if spec.hardware for rule in spec.rules)
+
+
+def finding_key(rule: Any, figures: Optional[Dict[str, Any]]) -> Tuple[Any, ...]:
+    """What a finding is reported once per (per attempt): its rule and GPU, and its Xid or counter where it has one
+    (two Xids on one GPU are two findings)."""
+    figures = figures or {}
+    return (rule, figures.get("gpu"), figures.get("xid") or figures.get("counter"))

@@ -16,6 +16,7 @@ class ExitCode:
     ABORTED = 7
     STALLED = 8
     NOTIFY_FAILED = 9  # notify-test: a channel did not take the test notification
+    HARDWARE = 10  # a GPU of the run failed (an Xid that needs a reset or more, uncorrected ECC, lost): its hardware
     TIMEOUT = 124
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # stdout closed by its reader, as a shell reports SIGPIPE

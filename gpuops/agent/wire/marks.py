@@ -11,8 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from .health import HealthReading, parse_health
 from .runinfo import RunInfo
-from .smi import Gpu, SmiError, parse_gpus
+from .smi import Gpu, SmiError, parse_apps, parse_gpus
 
 # -- markers: lines the target tools print for the client to read ------------------------------
 MARK = "@@gpuops "
@@ -32,6 +33,11 @@ MARKS = frozenset({
     "stacks",
     # notify-test
     "notified",
+    # probe.sh -H (the GPUs' health), the run's hardware record and host follower
+    "health_fields", "health", "health_rc", "health_refused", "hardware", "host_log", "host_log_pid", "host_xid",
+    "host_log_end",
+    # the host's kernel-log tools (wire/hostwire.py)
+    "kernel_log", "kernel_log_refused", "xid", "host-watch", "host-watch-off",
 })
 #: Exit status of a command that found gpuops' target files missing (the client installs them, then retries).
 NEED_LIB_EXIT = 97
@@ -106,6 +112,10 @@ class ProbeReply:
     tmux: bool = True
     python: Optional[Tuple[int, ...]] = None  # the target's python3 version; None when it has none
     sessions: Dict[str, ProbeSession] = field(default_factory=dict)
+    #: probe.sh -H: the GPUs' health (None: not asked, or nvidia-smi gave no table), the fields this driver refused
+    health: Optional["HealthReading"] = None
+    health_fields: Tuple[str, ...] = ()
+    health_refused: List[str] = field(default_factory=list)
 
     @property
     def smi_found(self) -> bool:
@@ -130,6 +140,10 @@ def parse_probe(text: str) -> ProbeReply:
             reply.now = float(value) if value else None
         elif key in ("gpus_rc", "apps_rc"):
             setattr(reply, key, int(value or 1))
+        elif key == "health_fields":
+            reply.health_fields = tuple(f for f in value.strip().split(",") if f)
+        elif key == "health_refused":
+            reply.health_refused.append(value.strip())
         elif key == "nosmi":
             reply.smi = "absent"
         elif key == "notmux":
@@ -156,9 +170,24 @@ def parse_probe(text: str) -> ProbeReply:
 
 
 def _read_gpus(reply: ProbeReply) -> None:
-    """The GPUs from nvidia-smi's two sections, or why there are none (its failure, in its own words)."""
+    """The GPUs from nvidia-smi's two sections, or why there are none (its failure, in its own words). With the
+    health fields, a query that failed for a lost GPU still gives the others' rows (and the lost one's line)."""
     if reply.smi == "absent":
         return
+    if reply.health_fields:
+        try:
+            reply.health = parse_health(reply.gpus_text, reply.health_fields)
+        except SmiError:
+            reply.health = None
+        if reply.health is not None and (reply.health.gpus or reply.health.lost) and reply.apps_rc == 0:
+            try:
+                apps = parse_apps(reply.apps_text)
+            except SmiError as exc:
+                reply.smi, reply.smi_error = "error", str(exc)
+                return
+            reply.gpus = [Gpu(h.index, h.uuid or "", h.count("memory.used") or 0, h.count("memory.total") or 0,
+                              h.count("utilization.gpu"), tuple(apps.get(h.uuid or "", ()))) for h in reply.health.gpus]
+            return
     if reply.gpus_rc != 0 or reply.apps_rc != 0:
         reply.smi = "error"
         failed = reply.gpus_text if reply.gpus_rc != 0 else reply.apps_text  # a missing driver fails both alike
@@ -179,8 +208,12 @@ def _probe_field(state: ProbeSession, key: str, value: str) -> None:
         state.run = RunInfo(value, state.session)
     elif state.run is None:
         return
-    elif key in ("meta", "abort", "abort_done", "watchdog"):
+    elif key in ("meta", "abort", "abort_done", "watchdog", "hardware", "host_log", "host_log_end"):
         setattr(state.run, key, _object(value))
+    elif key == "host_log_pid":
+        state.run.host_log_alive = value.strip() == "alive"
+    elif key == "host_xid":
+        state.run.host_xids.append(_object(value))
     elif key == "exit":
         state.run.exit_code = _int(value)
     elif key == "started":

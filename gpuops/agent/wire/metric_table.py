@@ -131,9 +131,25 @@ def health_family(key: str, name: str, kind: str, help: str) -> GpuFamily:  # no
     return GpuFamily(Family(name, kind, help), lambda g: g.health.get(key))
 
 
-#: The GPU health counters and gauges (issue 36): each `health_family(...)`, read from GpuReading.health.
-#: The dashboard's GPU health panel shows every family named gpuops_gpu_health_*.
-GPU_HEALTH_FAMILIES: Tuple[GpuFamily, ...] = ()
+#: The GPU health counters and gauges (issue 36): each `health_family(...)`, read from GpuReading.health (the
+#: watchdog's heartbeat: agent/detect/quiet_failures.Quiet.counters). The dashboard's GPU health panel shows every
+#: family named gpuops_gpu_health_*.
+GPU_HEALTH_FAMILIES: Tuple[GpuFamily, ...] = (
+    health_family("ecc_uncorrected_volatile", "gpuops_gpu_health_ecc_uncorrected_errors_total", "counter",
+                  "Uncorrected ECC errors of a run GPU since its driver loaded (ecc.errors.uncorrected.volatile.total)."),
+    health_family("remap_pending", "gpuops_gpu_health_row_remap_pending", "gauge",
+                  "1 while a run GPU has a row remap pending (a GPU reset applies it), else 0."),
+    health_family("remap_failure", "gpuops_gpu_health_row_remap_failure", "gauge",
+                  "1 once a row remap of a run GPU failed (NVIDIA's RMA criterion), else 0."),
+    health_family("recovery_action", "gpuops_gpu_health_recovery_action_needed", "gauge",
+                  "1 while the driver asks for a recovery action for a run GPU (gpu_recovery_action not None), else 0."),
+    health_family("slowdown", "gpuops_gpu_health_slowdown", "gauge",
+                  "1 while a hardware, thermal or power-brake slowdown holds a run GPU's clocks down, else 0."),
+    health_family("field_errors", "gpuops_gpu_health_field_errors", "gauge",
+                  "Health fields nvidia-smi reads as an error for a run GPU ([GPU requires reset], [Unknown Error])."),
+    health_family("xids", "gpuops_gpu_health_xids_total", "counter",
+                  "Xids the host's kernel log showed on a run GPU during the run (watch.host_kernel_log)."),
+)
 
 RUN_FAMILIES: Tuple[Family, ...] = (
     RUN_INFO, RUN_STATE, RUN_ENDED, ATTEMPT, MAX_ATTEMPTS, STARTED, ENDED, EXIT_CODE, COMMAND_EXIT, THROUGHPUT,

@@ -63,7 +63,7 @@ EVENTS = "events.jsonl"  # the watchdog's decisions, append-only, one JSON objec
 #: are: a match, an abort, a restart ...). A kind a client knows neither way is data: an `unknown_event`.
 WATCHDOG_NOTES = ("watchdog_restarted", "watchdog_gave_up", "watchdog_resumed", "abort_completed", "note",
                   "telemetry_problem", "session_gone", "profile_failed", "write_failed", "done", "attempt_started",
-                  "restart_cancelled", "restart_failed", "job_abort", "job_link", "metrics_failed")
+                  "restart_cancelled", "restart_failed", "job_abort", "job_link", "metrics_failed", "hardware")
 WATCHDOG = "watchdog.json"  # the watchdog's heartbeat and resume point, rewritten every second
 WATCHDOG_LOG = "watchdog.err"  # the supervisor's and watchdog's own stderr
 SUPERVISOR_PID = "supervisor.pid"
@@ -78,6 +78,10 @@ NOTIFY = "notify.jsonl"  # the run's notifications: each one queued (with its pa
 NOTIFY_DIR = "notify"  # per notification: its payload file, its sender's lock, each command channel's output
 COMPILE_GUARD_COUNTS = "compile-guard-counts"  # the compile guard's counts: <pid>.json per Python process that compiled
 WARMUP_LOG = "warmup-%d.log"  # a GPU's warmup output (sh/warmup.sh writes it; its mtime is when the warmup last spoke)
+#: The GPU fault that ended the attempt (a gpu-* rule, or a stall or crash whose window held an Xid that needs a
+#: reset): rule, gpu (index, bus_id, uuid), xid or counter, action (detect/hardware.py). It makes the outcome
+#: `hardware`, exit 10 (records.outcome).
+HARDWARE = "hardware.json"
 
 # -- one node of a torchrun job (launch.nodes; docs/torchrun.md) --------------------------------
 RDZV_ID = "rdzv-id"  # this attempt's torchrun --rdzv-id (run.sh exports it as GPUOPS_RDZV_ID)
@@ -93,7 +97,7 @@ ATTEMPT = "attempt.json"  # {attempt, max_attempts, state, after, compile_guard,
 ATTEMPTS = "attempts"  # attempts/<n>/: the records of attempt n once it ended and a restart followed
 #: The records of one attempt, moved together into attempts/<n>/ (abort.json's one claim is per attempt).
 ATTEMPT_RECORDS = (LOG, EXIT_CODE, EXIT_CODE_REAPED, ABORT, ABORT_SIGNALLED, ABORT_DONE, STARTED, PROFILE, SAMPLES,
-                   SAMPLES_COARSE, CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS, JOB_END)
+                   SAMPLES_COARSE, CACHE_SNAPSHOT, COMPILE_GUARD_COUNTS, STACKS, JOB_END, HARDWARE)
 #: attempt.json states: the next attempt waits out its delay (and warmup), is being started, or runs;
 #: `stopped`: `gpuops stop` / --timeout ended the run during the wait.
 ATTEMPT_WAITING, ATTEMPT_STARTING, ATTEMPT_RUNNING, ATTEMPT_STOPPED = "waiting", "starting", "running", "stopped"
@@ -164,6 +168,7 @@ class RunState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     ABORTED = "aborted"  # a matched rule (or a detector) stopped it
+    HARDWARE = "hardware"  # a GPU of the run failed (hardware.json): a gpu-* rule, or a stall or crash an Xid explains
     STALLED = "stalled"
     TIMEOUT = "timeout"
     STOPPED = "stopped"  # `gpuops stop`

@@ -1,8 +1,8 @@
 """Run-directory records: their names, tolerant reads, atomic writes, and the one outcome mapping.
 
-Both sides decide a run's outcome from the same three facts (the exit_code file, abort.json,
-whether the tmux session lives) through ``outcome``, so the watchdog, ``status``, ``runs`` and
-the profile can never disagree on what happened.
+Both sides decide a run's outcome from the same facts (the exit_code file, abort.json, whether the
+tmux session lives, and hardware.json: a GPU's own failure) through ``outcome``, so the watchdog,
+``status``, ``runs`` and the profile can never disagree on what happened.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ __all__ = [
 from . import protocol as p
 from .protocol import ABORT, EXIT_CODE, LOG, META, PROFILE, SAMPLES, SAMPLES_COARSE  # the names' one home
 from .protocol import RunState
+from .detector_list import hardware_rules
 
 #: abort.json reason -> (outcome, exit code); any other reason is a matched rule.
 _ABORT_OUTCOMES = {
@@ -41,15 +42,22 @@ def command_exit_code(text: str | None) -> int | None:
         return None
 
 
-def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool) -> StateAndCode:
+def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool,
+            hardware: dict | None = None) -> StateAndCode:
     """The run's outcome name and gpuops exit code; (running, None) while it goes on.
 
     An abort record decides (it is written before the session is killed, so the command's own
     exit status after Ctrl-C says nothing); then the command's exit status; a run with neither
     whose session is gone was lost (killed by hand, container stopped). An exit_code file that
-    exists but does not hold a number still means the command ended: failed.
+    exists but does not hold a number still means the command ended: failed. A GPU's own failure
+    (a gpu-* rule's abort, or hardware.json beside a stall, a failure or a lost run) is `hardware`,
+    exit 10; a stop, a timeout or another rule still decide as they would.
     """
     if abort is not None:
+        if str(abort.get("rule")) in hardware_rules() and abort.get("reason") in ("match", p.JOB_ABORT):
+            return RunState.HARDWARE, p.ExitCode.HARDWARE
+        if hardware is not None and abort.get("reason") == "stall":
+            return RunState.HARDWARE, p.ExitCode.HARDWARE
         if abort.get("reason") == p.JOB_ABORT:  # ended because another node ended the job: that node's cause
             first = str(abort.get("first_reason"))
             if first == p.RESTART_FAILED:
@@ -59,9 +67,13 @@ def outcome(exit_code_text: str | None, abort: dict | None, session_alive: bool)
     if exit_code_text is not None:
         if command_exit_code(exit_code_text) == 0:
             return RunState.SUCCEEDED, p.ExitCode.OK
+        if hardware is not None:
+            return RunState.HARDWARE, p.ExitCode.HARDWARE
         return RunState.FAILED, p.ExitCode.TRAINING_FAILED
     if session_alive:
         return RunState.RUNNING, None
+    if hardware is not None:
+        return RunState.HARDWARE, p.ExitCode.HARDWARE
     return RunState.LOST, p.ExitCode.TRAINING_FAILED
 
 

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from . import protocol as p
 from .protocol import RunState
+from .verdict import record_view
 
 
 @dataclass
@@ -29,6 +30,25 @@ class RunInfo:
     samples_text: str = ""  # the tail of samples.jsonl, when asked for
     guard_counts: List[Dict[str, Any]] = field(default_factory=list)  # the compile guard's, one per process
     started: bool = False  # its `started` record: training's tmux session was created (this attempt's)
+    hardware: Optional[Dict[str, Any]] = None  # hardware.json: the GPU fault that ended it
+    host_log: Optional[Dict[str, Any]] = None  # host-xids.jsonl's first record: the host's kernel-log follower
+    host_log_alive: bool = False  # its link beside the run lives
+    host_log_end: Optional[Dict[str, Any]] = None  # its last record, once the link ended: why
+    host_xids: List[Dict[str, Any]] = field(default_factory=list)  # the last Xids it handed over
+
+    @property
+    def host_kernel_log(self) -> Optional[Dict[str, Any]]:
+        """The host's kernel-log follower as `status` shows it: following, ended, or off (and why: meta.json, as
+        the launch found the host), with its reader and the Xids it handed over."""
+        said = self.meta.get("host_kernel_log") if isinstance(self.meta.get("host_kernel_log"), dict) else None
+        if self.host_log is None:
+            return None if said is None else {"state": said.get("state") or "off", "why": said.get("why"),
+                                               "reader": None, "host_pid": None, "xids": []}
+        return {"state": "following" if self.host_log_alive else "ended", "why": None if self.host_log_alive else
+                (self.host_log_end or {}).get("why"), "reader": self.host_log.get("reader"),
+                "host_pid": self.host_log.get("host_pid"),
+                "xids": [{k: x.get(k) for k in ("code", "name", "index", "bus_id", "resolution", "t")}
+                         for x in self.host_xids if x]}
 
     @property
     def compile_guard(self) -> Optional[Dict[str, Any]]:
@@ -52,9 +72,11 @@ class RunInfo:
                 return RunState.ABORTING
             stalled = self.abort.get("reason") == "stall" or (self.abort.get("reason") == p.JOB_ABORT and
                                                                self.abort.get("first_reason") == "stall")
+            if self.outcome_code() == p.ExitCode.HARDWARE:
+                return RunState.HARDWARE
             return RunState.STALLED if stalled else RunState.ABORTED
         if self.exit_code is not None:
-            return RunState.EXITED
+            return RunState.HARDWARE if self.outcome_code() == p.ExitCode.HARDWARE else RunState.EXITED
         if self.session_alive:
             return RunState.RUNNING
         if self.meta.get("phase") == p.PHASE_RUNNING and not self.started and self.meta.get("launcher_alive"):
@@ -64,7 +86,7 @@ class RunInfo:
             return RunState.WARMING if self.meta.get("launcher_alive") else RunState.NOT_STARTED
         if self.meta.get("phase") in p.NOT_STARTED_PHASES:
             return RunState.NOT_STARTED
-        return RunState.LOST
+        return RunState.HARDWARE if self.hardware is not None else RunState.LOST
 
     @property
     def watchdog_age(self) -> Optional[float]:
@@ -100,10 +122,10 @@ class RunInfo:
         """The exit code gpuops reports for this run once it has ended (the one mapping, records.outcome)."""
         from .records import outcome
 
-        if self.abort is None and self.exit_code is None:
+        if self.abort is None and self.exit_code is None and self.hardware is None:
             return None
         code_text = None if self.exit_code is None else str(self.exit_code)
-        return outcome(code_text, self.abort, self.session_alive)[1]
+        return outcome(code_text, self.abort, self.session_alive, self.hardware)[1]
 
     def as_json(self) -> Dict[str, Any]:
         """The run as `status --json` says it (docs/json.md)."""
@@ -122,7 +144,7 @@ class RunInfo:
             "log_bytes": self.log_size,
             "abort": self.abort,
             "stopped_by": (self.abort or {}).get("by"),
-            "last_match": (self.abort or {}).get("rule") or self.meta.get("last_match"),
+            "last_match": (self.hardware or {}).get("rule") or (self.abort or {}).get("rule") or self.meta.get("last_match"),
             "watchdog": None if self.watchdog is None else {
                 "alive": self.watchdog_alive,
                 "heartbeat_age": None if self.watchdog_age is None else round(self.watchdog_age, 1),
@@ -135,4 +157,6 @@ class RunInfo:
             **({"hang": (self.abort_done or {})["hang"]}  # a stalled torchrun job: where it hung (wire/hang.py)
                if isinstance((self.abort_done or {}).get("hang"), dict) else {}),
             "compile_guard": self.compile_guard,
+            "hardware": None if self.hardware is None else record_view(self.hardware),
+            "host_kernel_log": self.host_kernel_log,
         }

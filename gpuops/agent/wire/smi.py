@@ -80,15 +80,7 @@ def _rows(csv: str, width: int) -> Iterable[Tuple[str, List[str]]]:
 
 def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
     """Parse `--query-gpu` and `--query-compute-apps` CSV (noheader; units optional)."""
-    apps: dict[str, list[Process]] = {}
-    for line in apps_csv.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",", 3)]
-        if len(parts) != 4:
-            raise SmiError(f"unexpected nvidia-smi compute-apps line: {line!r}")
-        pid, uuid, used, name = parts
-        apps.setdefault(uuid, []).append(Process(_int(pid), _int(used), name))
+    apps = parse_apps(apps_csv)
     gpus: list[Gpu] = []
     for line, parts in _rows(gpu_csv, 5):
         try:
@@ -98,6 +90,20 @@ def parse_gpus(gpu_csv: str, apps_csv: str = "") -> list[Gpu]:
             raise SmiError(f"unexpected nvidia-smi line: {line!r}") from None
         gpus.append(Gpu(index, parts[1], used or 0, total or 0, util, tuple(apps.get(parts[1], ()))))
     return gpus
+
+
+def parse_apps(apps_csv: str) -> dict[str, list[Process]]:
+    """`--query-compute-apps=pid,gpu_uuid,used_memory,process_name` CSV: each GPU's processes, by its UUID."""
+    apps: dict[str, list[Process]] = {}
+    for line in apps_csv.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",", 3)]
+        if len(parts) != 4:
+            raise SmiError(f"unexpected nvidia-smi compute-apps line: {line!r}")
+        pid, uuid, used, name = parts
+        apps.setdefault(uuid, []).append(Process(_int(pid), _int(used), name))
+    return apps
 
 
 def sample_argv(gpus: Iterable[int]) -> list[str]:

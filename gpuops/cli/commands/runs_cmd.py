@@ -85,6 +85,17 @@ def _figure(value: Any) -> str:
     return f"{value / 1000:.0f}k" if value >= 10000 else f"{value:g}"
 
 
+def _gpu(row: dict[str, Any]) -> str:
+    """A run its hardware ended: ` (Xid 79 on GPU 5 00000000:9A:00.0)` or ` (GPU 5 00000000:9A:00.0: its counter)`."""
+    hw = row.get("hardware")
+    if not isinstance(hw, dict):
+        return ""
+    gpu = hw.get("gpu") or {}
+    where = f"GPU {gpu.get('index')}" + (f" {gpu['bus_id']}" if gpu.get("bus_id") else "")
+    xid = hw.get("xid") or {}
+    return f" (Xid {xid.get('code')} on {where})" if xid else f" ({where}: {hw.get('counter')})"
+
+
 def table(target: str, rows: list[dict[str, Any]], width: int | None = None) -> str:
     """Plain columns, one run a line, every line prefixed by its target (greppable on many targets); at most
     `width` characters a line where it is given (columns dropped, least useful first)."""
@@ -102,7 +113,7 @@ def table(target: str, rows: list[dict[str, Any]], width: int | None = None) -> 
             "-" if r.get("duration_s") is None else f"{r['duration_s']:.0f}s",
             " ".join(f"{g}:{s:.0f}" for g, s in sorted(warm.items())) or "-",
             str(r.get("outcome")) + (f" (attempt {r['attempts']})" if (r.get("attempts") or 1) > 1 else ""),
-            "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-") + by_node,
+            "-" if r.get("exit_code") is None else str(r["exit_code"]), str(r.get("rule") or "-") + by_node + _gpu(r),
             ",".join(map(str, r.get("findings") or ())) or "-",
             _figure((r.get("throughput") or {}).get("median")),
             " ".join(f"{g}:{v.get('median'):.0f}" for g, v in sorted(gpus.items()) if v.get("median") is not None) or "-",

@@ -72,5 +72,10 @@ def recorded_outcome(row: dict[str, Any]) -> Outcome:
         words += f"; rule '{rule}'"
     if by:
         words += f"; stopped by {by}"
-    data = {"run": run, "rule": rule, "by": by, "command_exit_code": row.get("command_exit_code")}
+    if isinstance(row.get("hardware"), dict):
+        from gpuops.agent.wire.verdict import record_words
+
+        words += f"; {record_words(row['hardware'])}"
+    data = {"run": run, "rule": rule, "by": by, "command_exit_code": row.get("command_exit_code"),
+            "hardware": row.get("hardware")}
     return Outcome(name, int(code), words, {k: v for k, v in data.items() if v is not None})

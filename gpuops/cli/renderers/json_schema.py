@@ -55,6 +55,7 @@ COMMON: dict[str, Schema] = {
     "schema_version": {"const": SCHEMA_VERSION},
 }
 WHO = {"enum": ["watchdog", "client", "stop", "timeout", "pane"]}
+VERDICT = {"enum": ["ok", "warn", "needs reset", "needs service"]}
 REASON = {"enum": ["match", "stall", "stop", "timeout", "interrupt", "job"]}  # job: another node of a torchrun job ended it
 EXIT = {"type": "integer", "minimum": 0, "maximum": 255}
 NOTIFY_VIA = {"enum": list(channel_kinds())}  # a channel's kind (wire/channel_list.py)
@@ -63,7 +64,34 @@ NOTIFY_VIA = {"enum": list(channel_kinds())}  # a channel's kind (wire/channel_l
 SHAPES: dict[str, Schema] = {
     "gpu_drained": {"type": "object", "properties": {"index": I, "memory_used_mib": opt(I)}, "required": ["index"]},
     "gpu_finding": closed({"index": I, "memory_used_mib": opt(I), "utilization_pct": opt(I), "processes": I,
-                           "problems": arr(S)}, ("index",)),
+                           "problems": arr(S), "bus_id": opt(S), "uuid": opt(S), "verdict": opt(VERDICT),
+                           "health": arr(ref("health_problem"))}, ("index",)),
+    # The GPUs' own health (docs/health.md): one cause of a GPU's verdict, with NVIDIA's recommended action.
+    "health_problem": closed({"counter": S, "value": {}, "level": VERDICT, "message": S, "action": S},
+                             ("counter", "level", "message", "action")),
+    # A GPU as every health message names it.
+    "gpu_id": closed({"index": opt(I), "bus_id": opt(S), "uuid": opt(S)}, ("index",)),
+    # An Xid of the host's kernel log, classified by NVIDIA's Xid catalog (agent/wire/xid_catalog.json).
+    "xid": {"type": "object", "properties": {
+        "code": I, "name": opt(S), "resolution": opt(S), "line": opt(S), "t": opt(N), "bus": S, "message": S,
+        "pid": opt(I), "process": opt(S), "meaning": S, "hardware": B, "action": S, "level": VERDICT, "index": opt(I),
+        "bus_id": opt(S)}, "required": ["code"]},
+    # hardware.json as a run's readers carry it: the GPU fault that ended the run (exit 10, outcome hardware).
+    "hardware": closed({"rule": opt(S), "gpu": ref("gpu_id"), "xid": opt(ref("xid")), "counter": opt(S), "value": {},
+                        "message": opt(S), "action": opt(S), "instead_of": opt(S), "restart_blocked": S},
+                       ("rule", "gpu", "xid", "counter", "message", "action")),
+    # gpuops health: one GPU, its counters and its verdict.
+    "health_gpu": closed({
+        "index": opt(I), "bus_id": opt(S), "uuid": opt(S), "name": opt(S), "verdict": VERDICT,
+        "problems": arr(ref("health_problem")), "ecc_mode": opt(S),
+        "ecc": opt(closed({"uncorrected_volatile": opt(I), "corrected_volatile": opt(I), "uncorrected_aggregate": opt(I)})),
+        "retired_pages_pending": opt(B),
+        "remapped_rows": opt(closed({"correctable": opt(I), "uncorrectable": opt(I), "pending": opt(B), "failure": opt(B)})),
+        "clocks_event_reasons": arr(S),
+        "link": opt(closed({"gen": opt(I), "gen_max": opt(I), "width": opt(I), "width_max": opt(I)})),
+        "temperature": opt(closed({"gpu": opt(N), "memory": opt(N)})), "power": opt(closed({"draw": opt(N), "limit": opt(N)})),
+        "recovery_action": opt(S), "errors": OBJ, "lost": opt(S), "xids": arr(ref("xid")),
+    }, ("index", "verdict", "problems")),
     "gpu_status": closed({
         "index": I, "memory_used_mib": opt(I), "memory_total_mib": opt(I), "utilization_pct": opt(I),
         "processes": arr(closed({"pid": opt(I), "used_mib": opt(I), "name": opt(S)})),
@@ -84,7 +112,9 @@ SHAPES: dict[str, Schema] = {
             "alive": B, "heartbeat_age": opt(N), "state": opt(S), "restarts": opt(I), "disabled_rules": arr(S),
             "wait": opt(S)})),
         "telemetry": opt(OBJ), "compile_guard": opt(OBJ),
-        "hang": ref("hang_verdict"),
+        "hang": ref("hang_verdict"), "hardware": opt(ref("hardware")),
+        "host_kernel_log": opt(closed({"state": S, "why": opt(S), "reader": opt(S), "host_pid": opt(I),
+                                       "xids": arr(OBJ)}, ("state",))),
     }, ("id", "session", "state", "exit_code", "command_exit_code")),
     "connection": closed({
         "name": S, "host": S, "address": opt(S), "port": opt(I), "user": opt(S), "jumps": arr(S),
@@ -118,7 +148,12 @@ SHAPES: dict[str, Schema] = {
 #: Each event kind's own fields (beside COMMON) and the ones it always has.
 EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
     # -- launch --------------------------------------------------------------------------------
-    "preflight_ok": ({"gpus": arr(ref("gpu_finding")), "smi": {"enum": ["ok", "absent", "error"]}}, ("gpus",)),
+    "preflight_ok": ({"gpus": arr(ref("gpu_finding")), "smi": {"enum": ["ok", "absent", "error"]},
+                      "host_kernel_log": closed({"reader": opt(S), "why": opt(S)})}, ("gpus",)),
+    "gpu_health": ({"gpu": opt(I), "bus_id": opt(S), "uuid": opt(S), "verdict": VERDICT,
+                    "problems": arr(ref("health_problem"))}, ("gpu", "verdict", "problems")),
+    "host_kernel_log": ({"state": {"enum": ["following", "off"]}, "why": S, "reader": opt(S), "host_pid": opt(I),
+                         "gpus": arr(I)}, ("state",)),
     "lock_recovered": ({"holder": opt(S)}, ()),
     "run_created": ({"session": S, "node_rank": I}, ("run", "session")),
     "job_planned": ({"job": S, "nodes": arr(S), "rdzv_endpoint": S, "found_by": S}, ("run", "job", "nodes", "rdzv_endpoint")),
@@ -178,6 +213,7 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "rule": opt(S), "excerpt": opt(S), "attempt": I, "max_attempts": I, "text": S, "by": opt(S),
         "command_exit_code": opt(I), "stacks": arr(ref("stack_process")), "restart_failed": S,
         "hang": ref("hang_verdict"),
+        "hardware": ref("hardware"),
     }, ("run", "what", "playbook", "outcome", "exit_code", "rule", "excerpt", "attempt", "max_attempts", "text")),
     "notify_sent": ({
         "what": {"enum": [*NOTIFY_WHATS, NOTIFY_TEST]}, "channel": I, "via": NOTIFY_VIA, "status": I, "exit": I,
@@ -202,8 +238,15 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "warmup_seconds": by_gpu(N), "outcome": S, "exit_code": opt(EXIT), "command_exit_code": opt(I),
         "rule": opt(S), "by": opt(S), "settle": N, "findings": arr(ref("detector_rule")), "error": opt(S),
         "throughput": opt(OBJ), "gpus": by_gpu(OBJ), "samples": I, "digest": opt(S), "attempts": I,
-        "job": opt(OBJ),
+        "job": opt(OBJ), "hardware": ref("hardware"),
     }, ("run", "outcome", "exit_code", "command_exit_code")),
+    # -- gpuops health ---------------------------------------------------------------------------------------
+    "health": ({
+        "host": S, "ctid": opt(I), "reachable": B, "error": opt(S), "hint": opt(S), "verdict": opt(VERDICT),
+        "gpus": arr(ref("health_gpu")), "nvidia_smi": opt({"enum": ["ok", "absent", "error"]}),
+        "nvidia_smi_error": opt(S), "refused_fields": arr(S),
+        "kernel_log": opt(closed({"reader": opt(S), "why": opt(S), "window": N})),
+    }, ("host", "reachable", "gpus")),
     # -- gpuops metrics (docs/metrics.md): one run's snapshot, as the exposition renders it --------------------
     "metrics": ({
         "playbook": S, "node": S, "node_rank": opt(I), "session": S, "state": {"enum": [s.value for s in RunState]},
@@ -232,12 +275,14 @@ EVENTS: dict[str, tuple[dict[str, Schema], tuple[str, ...]]] = {
         "checked": arr(S), "unset_env": arr(S), "warnings": arr(S), "targets": arr({"anyOf": [ref("connection"), ref("broken_target")]}),
         "job": S, "nodes": {"anyOf": [arr(S), arr(ref("job_node"))]}, "first_failing_node": S, "node_rank": I, "detached": B,
         "hang": ref("hang_verdict"),
+        "hardware": ref("hardware"),
     }, ("outcome", "exit_code", "message")),
 }
 
 
 def schema() -> Schema:
     """The whole schema: an object is exactly one of the event definitions, picked by its `event`."""
+    assert not set(SHAPES) & set(EVENTS), "a shape and an event of one name: $defs holds one of them"
     defs: dict[str, Schema] = dict(SHAPES)
     for kind, (props, required) in EVENTS.items():
         defs[kind] = closed({**COMMON, "event": {"const": kind}, **props},

@@ -144,6 +144,13 @@ _WATCHDOG_WORDS = {
     "restart_cancelled": lambda ev: (
         f"attempt {ev.get('attempt')} will not start: the run was stopped by {_who(ev.get('stopped_by'))}"),
     "restart_failed": lambda ev: f"attempt {ev.get('attempt')} failed to start: {ev.get('message')}",
+    "hardware": lambda ev: f"HARDWARE: {ev.get('message')}; {ev.get('advice')}",  # a stall or crash an Xid explains
+    "gpu_health": lambda ev: f"{str(ev.get('verdict')).upper()}: GPU {ev.get('gpu')} ({ev.get('bus_id')}, {ev.get('uuid')}): "
+    + "; ".join(f"{p.get('message')} ({p.get('counter')}): {p.get('action')}" for p in ev.get("problems") or []),
+    "host_kernel_log": lambda ev: (
+        f"the host's kernel log is followed for Xids on GPUs {ev.get('gpus')} ({ev.get('reader')}, host pid "
+        f"{ev.get('host_pid')})" if ev.get("state") == "following" else
+        f"the host's kernel log is not followed (Xids are not seen during the run): {ev.get('why')}"),
     "telemetry_problem": lambda ev: str(ev.get("message")),
     "notify_sent": lambda ev: (
         f"notified ({ev.get('what')}) through {ev.get('via')} channel {ev.get('channel')}: "

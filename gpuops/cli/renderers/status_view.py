@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuops.agent.wire.jobwire import STORE_GONE
+from gpuops.agent.wire.verdict import record_words
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -92,6 +93,9 @@ def session_words(s: ProbeSession) -> str:
         text += f"; log grew {ago:.0f}s ago"
     rule = (s.run.abort or {}).get("rule")
     by = (s.run.abort or {}).get("by")
+    if s.run.hardware is not None:  # the GPU that ended it: the Xid or counter, NVIDIA's action
+        text += f"; HARDWARE: {record_words(s.run.hardware)}"
+        rule = None if rule == s.run.hardware.get("rule") else rule
     if job_stop_words(s.run.abort):  # stopped because another node of the job ended it
         text += f"; stopped with {job_stop_words(s.run.abort)}"
     else:
@@ -101,7 +105,20 @@ def session_words(s: ProbeSession) -> str:
     if isinstance(hang, dict) and hang.get("text"):  # a stalled torchrun job: where it hung, as every node read it
         text += f"; the job hung: {hang['text']}"
     text += throughput_words(s.run) if s.alive else ""
-    return text + guard_words(s.run) + watchdog_words(s.run)
+    return text + guard_words(s.run) + watchdog_words(s.run) + host_log_words(s.run)
+
+
+def host_log_words(run: RunInfo) -> str:
+    """The host's kernel-log follower: what it follows with, or why it does not; the Xids it handed over."""
+    log = run.host_kernel_log
+    if log is None:
+        return ""
+    xids = "".join(f"; Xid {x.get('code')} ({x.get('name')}) on GPU {x.get('index')}" for x in log["xids"][-3:])
+    if log["state"] == "following":
+        return f"; host kernel log followed ({log.get('reader')}, host pid {log.get('host_pid')}){xids}"
+    if log["state"] == "ended":
+        return f"; host kernel log was followed ({log.get('reader')}){xids}"
+    return ""  # not followed: the launch said why, and status --json's host_kernel_log says it
 
 
 def guard_words(run: RunInfo) -> str:

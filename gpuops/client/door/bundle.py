@@ -58,7 +58,7 @@ def bundle() -> Bundle:
     for root, dirs, names in os.walk(_SOURCE):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(names):
-            if name.endswith((".py", ".sh")):
+            if name.endswith((".py", ".sh", ".json")):  # .json: data the agent reads (the Xid catalog)
                 path = os.path.join(root, name)
                 with open(path, "rb") as fh:
                     files.append((os.path.relpath(path, _SOURCE).replace(os.sep, "/"), fh.read()))

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpuops.command import Cmd, Script, bash
 from gpuops.client.door.bundle import python_tool, shell_tool
+from gpuops.agent.wire.health import HEALTH_FIELDS
 from gpuops.agent.wire.smi import sample_argv
 
 
@@ -16,15 +17,38 @@ def dumps(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
-def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False, python: bool = True) -> Cmd:
+def probe(sessions: tuple[str, ...] | None = None, *, samples: bool = False, python: bool = True,
+          health: bool = False) -> Cmd:
     """Clock, GPUs, tools, and each session's run (None: every session gpuops knows there); `python`:
-    python3's version too (a Python start: preflight needs it, status does not)."""
-    return shell_tool("probe", *(["-s"] if samples else []), *([] if python else ["-n"]), *(sessions or ()))
+    python3's version too (a Python start: preflight needs it, status does not); `health`: the GPUs' health
+    fields in the same nvidia-smi query (agent/wire/health.py)."""
+    return shell_tool("probe", *(["-s"] if samples else []), *([] if python else ["-n"]), *_health(health),
+                      *(sessions or ()))
 
 
-def lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:
-    """The launch lock of the session and its GPUs, held while heartbeats come on stdin."""
-    return shell_tool("lock", session, holder, *map(str, gpus))
+def _health(on: bool) -> list[str]:
+    return ["-H", ",".join(HEALTH_FIELDS)] if on else []
+
+
+def lock(session: str, holder: str, gpus: tuple[int, ...], *, health: bool = False) -> Cmd:
+    """The launch lock of the session and its GPUs, held while heartbeats come on stdin; `health`: the probe
+    under it reads the GPUs' health too."""
+    return shell_tool("lock", *_health(health), session, holder, *map(str, gpus))
+
+
+def xids(window: float) -> Cmd:
+    """On the host: the Xids of its kernel log's last `window` seconds, classified (agent/run/xids.py)."""
+    return python_tool("xids", str(int(window)))
+
+
+def host_watch() -> Cmd:
+    """On the host: follow its kernel log for a run's GPUs while the run lives (the spec on stdin)."""
+    return python_tool("host-watch")
+
+
+def host_link(run_id: str) -> Cmd:
+    """Beside the run: what the host's follower hands over, into the run directory (the follower starts it)."""
+    return python_tool("host-link", run_id)
 
 
 def forget_lock(session: str, holder: str, gpus: tuple[int, ...]) -> Cmd:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import marks
+from gpuops.agent.wire.hostwire import HostWatchReply, XidsReply, parse_host_watch, parse_xids
 from gpuops.agent.wire.smi import SmiError, parse_sample
 from gpuops.client.door import commands
 from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install, needs_lib, with_install
@@ -87,9 +88,10 @@ class Door:
                               f"{self._said(result.err.strip())[-400:]}")
 
     # -- the tools ----------------------------------------------------------------------------------------
-    def probe(self, sessions: tuple[str, ...] | None = None) -> marks.ProbeReply:
-        """Clock, GPUs, tools and the sessions' runs (probe.sh); ContainerNotRunning for a container that is down."""
-        result = self._run(commands.probe(sessions))
+    def probe(self, sessions: tuple[str, ...] | None = None, *, health: bool = False) -> marks.ProbeReply:
+        """Clock, GPUs, tools and the sessions' runs (probe.sh; `health`: the GPUs' health fields too);
+        ContainerNotRunning for a container that is down."""
+        result = self._run(commands.probe(sessions, health=health))
         if result.exit_code != 0 and self.transport.container is not None:
             self.transport.container.raise_for_container(result.err)
         return marks.parse_probe(result.out)
@@ -110,9 +112,28 @@ class Door:
             check_installed(result, label=self.label, after=True)
         return (marks.parse_probe(result.out) if state in (None, "running") else None), state
 
-    def lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> LockChannel:
-        """The launch lock of the session and its GPUs (lock.sh), held open: wait_locked() reads its verdict."""
-        return LockChannel(self._open(commands.lock(session, holder, gpus)), self.transport, self.label)
+    def lock(self, session: str, holder: str, gpus: tuple[int, ...], *, health: bool = False) -> LockChannel:
+        """The launch lock of the session and its GPUs (lock.sh), held open: wait_locked() reads its verdict
+        (`health`: the probe under the lock reads the GPUs' health too)."""
+        return LockChannel(self._open(commands.lock(session, holder, gpus, health=health)), self.transport, self.label)
+
+    # -- the host (the Proxmox host of a container, or the target itself): its kernel log ----------------------
+    def xids(self, window: float) -> XidsReply:
+        """The Xids of the host's kernel log in the last `window` seconds, or why it cannot be read (run this
+        on the host's door: Play.host_door)."""
+        result = self._run(commands.xids(window), timeout=max(self.timeout, 60.0))
+        reply = parse_xids(result.out)
+        if result.exit_code != 0 and not reply.readable:
+            reply.why = f"the host's tool failed (exit {result.exit_code}): {self._said(result.err.strip())[-300:]}"
+        return reply
+
+    def host_watch(self, spec: bytes) -> HostWatchReply:
+        """Start the host's kernel-log follower for a run (the spec on stdin); its pid, or why it does not follow."""
+        result = self._run(commands.host_watch(), stdin=spec, timeout=max(self.timeout, 60.0))
+        reply = parse_host_watch(result.out)
+        if reply.off is not None and result.exit_code != 0:
+            reply.off += f" (exit {result.exit_code}: {self._said(result.err.strip())[-200:]})"
+        return reply
 
     def forget_lock(self, session: str, holder: str, gpus: tuple[int, ...]) -> None:
         """Take a launcher's name off its lock files (lock.sh --forget)."""

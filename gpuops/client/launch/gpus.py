@@ -16,13 +16,17 @@ QUERY_APPS = Cmd("nvidia-smi", f"--query-compute-apps={APP_FIELDS}", "--format=c
 
 @dataclass(frozen=True)
 class GpuCheck:
-    """One GPU measured against the preflight thresholds."""
+    """One GPU measured against the preflight thresholds (and, where its health was read, its verdict)."""
 
     index: int
     memory_used_mib: int | None
     utilization_pct: int | None
     processes: int
     problems: tuple[str, ...]
+    bus_id: str | None = None
+    uuid: str | None = None
+    verdict: str | None = None  # ok | warn | needs reset | needs service (agent/wire/verdict.py)
+    health: tuple[dict, ...] = ()  # each cause: counter, value, level, message, action
 
     @property
     def ok(self) -> bool:

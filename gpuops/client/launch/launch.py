@@ -13,7 +13,8 @@ from gpuops.client.door import commands
 from gpuops.client.stop_call import abort_run
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
-from gpuops.client.launch.preflight import LaunchLock, evaluate
+from gpuops.client.health import XidsSoon, host_door, meta_state, start_host_watch
+from gpuops.client.launch.preflight import LaunchLock, evaluate, wants_health, xid_window
 from gpuops.client.runspec import meta, prepare_spec
 from gpuops.client.launch.uninterruptible import shielded
 from gpuops.client.launch.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
@@ -25,16 +26,18 @@ from gpuops.agent.wire import protocol as p
 
 def launch(play: Play, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
     """Run the whole flow; the last item is the Outcome."""
-    deadline = time.monotonic() + timeout if timeout else None
+    began = time.monotonic()
+    deadline = began + timeout if timeout else None
     target = play.target.name
     lock = LaunchLock(play)
+    xids = XidsSoon(play, xid_window(play))  # the host's kernel log, read beside the lock's round trip
     probe = lock.acquire()
     run_id: str | None = None
     started = False
     try:
         if lock.stale_holder:
             yield Event("lock_recovered", target, None, {"holder": lock.stale_holder})
-        yield from evaluate(play, probe)
+        health = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         _prepare(play, run_id)
         yield Event("run_created", target, run_id, {"session": play.session})
@@ -53,10 +56,11 @@ def launch(play: Play, *, detach: bool = False, timeout: float | None = None) ->
                 yield Outcome("timeout", ExitCode.TIMEOUT, f"--timeout ran out during warmup on GPU {exc.gpu}; training not started", {"run": run_id})
                 return
             raise
-        _start(play, run_id, durations)
+        _start(play, run_id, durations, host_kernel_log=meta_state(play, health))
         started = True
         yield Event("started", target, run_id, {"session": play.session, "log": f"~/.gpuops/runs/{run_id}/log",
                                                 "warmup_seconds": durations, "watchdog": True})
+        yield from start_host_watch(play, run_id, health, began)
     except RunStopped as exc:
         yield Outcome("stopped", exc.exit_code, str(exc), {"run": run_id})
         return
@@ -90,9 +94,9 @@ def _record(play: Play, run_id: str, phase: str, *, quiet: bool = False, **extra
             raise
 
 
-def _start(play: Play, run_id: str, durations: dict[str, float]) -> None:
+def _start(play: Play, run_id: str, durations: dict[str, float], **extra: Any) -> None:
     """meta.json says running; the watchdog starts and answers; then training starts in tmux."""
-    _record(play, run_id, "running", warmup_seconds=durations)
+    _record(play, run_id, "running", warmup_seconds=durations, **extra)
     play.door.start(run_id, play.session)
 
 
@@ -115,8 +119,16 @@ def plan(play: Play) -> list[tuple[str, str, str | None]]:
     steps: list[tuple[str, str, str | None]] = [
         ("copy gpuops' target files, only when the target lacks them", show(install_command()),
          f"<a {len(b.zip)}-byte zip of gpuops/agent (digest {b.digest})>"),
-        ("preflight (lock + probe, one round trip)", show(commands.lock(play.session, "<user@machine pid N>", play.run_gpus)),
+        ("preflight (lock + probe, one round trip)", show(commands.lock(play.session, "<user@machine pid N>", play.run_gpus,
+                                                                         health=wants_health(play))),
          "<a heartbeat line every 5 s, then `release`>"),
+    ]
+    window = xid_window(play)
+    host = host_door(play).transport
+    if window is not None:
+        steps.append(("beside it, on the host: the Xids of its kernel log's last seconds",
+                      host.wrap(commands.xids(window)).render(display=True, mask=play.mask), None))
+    steps += [
         ("create the run directory", show(commands.prepare(rid)), prepare_spec(play, rid, shown=True).decode()),
     ]
     if play.playbook.warmup:
@@ -127,6 +139,17 @@ def plan(play: Play) -> list[tuple[str, str, str | None]]:
     steps += [
         ("record the phase", show(commands.record(rid, p.META)), shown(running)),
         ("start the watchdog, then training in tmux", show(commands.start(rid)), None),
+    ]
+    if play.playbook.watch.host_kernel_log != "off" and play.run_gpus:
+        link = commands.host_link(rid)
+        container = play.transport.container
+        steps.append(("on the host, where it can read its kernel log: follow it for the run's GPUs (the spec on stdin; "
+                      "it reaches the run through the command in `link`)",
+                      host.wrap(commands.host_watch()).render(display=True, mask=play.mask),
+                      json.dumps({"run": rid, "window": "<seconds since the launch began, + 60>",
+                                  "gpus": {"<bus>": {"index": "<GPU>", "bus_id": "<bus id>", "uuid": "<uuid>"}},
+                                  "link": (container.from_host(link) if container else link).words()})))
+    steps += [
         ("follow the log and the watchdog's events", show(commands.follow(rid, play.session, 0, 0, -1, False, 0)), None),
         ("stop the run: a match or a stall while its watchdog is gone, or --timeout", show(commands.abort(rid, "client")),
          shown(record)),

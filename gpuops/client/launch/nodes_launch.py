@@ -14,7 +14,8 @@ from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
 from gpuops.client.play import Play
 from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
-from gpuops.client.launch.preflight import LaunchLock, evaluate
+from gpuops.client.health import XidsSoon, meta_state, start_host_watch
+from gpuops.client.launch.preflight import LaunchLock, evaluate, xid_window
 from gpuops.client.launch.run_id import new_run_id
 from gpuops.client.launch.sequential_warmup import WarmupError, run_warmups, stop_warmup
 from gpuops.client.launch.uninterruptible import shielded
@@ -25,8 +26,10 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
     """Preflight on every node, then warm up, start; the last item is the Outcome of the start (the follow is the caller's)."""
     from gpuops.client.launch.launch import _prepare, _record, _start
 
-    deadline = time.monotonic() + timeout if timeout else None
+    began = time.monotonic()
+    deadline = began + timeout if timeout else None
     locks = [LaunchLock(j) for j in plays]
+    soon = [XidsSoon(j, xid_window(j)) for j in plays]  # each node's host's kernel log, beside the locks
     nodes: list[Play] = []
     started: list[Play] = []
     run_id: str | None = None
@@ -35,8 +38,9 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
         failed = [(j, p) for j, p in zip(plays, probes) if isinstance(p, BaseException)]
         if failed:
             raise _first(failed)
-        for play, probe in zip(plays, probes):
-            yield from evaluate(play, probe)
+        healths = {}
+        for play, probe, xids in zip(plays, probes, soon):
+            healths[play.target.name] = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         rdzv, how = endpoint(plays)
         nodes = node_plays(plays, run_id, rdzv)
@@ -66,11 +70,13 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
                         warmup_seconds=durations[play.target.name])
             raise
         for play in nodes:
-            _start(play, run_id, durations[play.target.name])
+            health = healths.get(play.target.name)
+            _start(play, run_id, durations[play.target.name], host_kernel_log=meta_state(play, health))
             started.append(play)
             yield Event("started", play.target.name, run_id, {
                 "session": play.session, "log": f"~/.gpuops/runs/{run_id}/log", "warmup_seconds": durations[play.target.name],
                 "watchdog": True, "node_rank": play.node.rank, "command": play.mask(play.playbook.launch.command)})
+            yield from start_host_watch(play, run_id, health, began)
     except GpuopsError:
         if run_id is not None:
             _undo(nodes, started, run_id)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from typing import Generator, Iterator
 
+from gpuops.agent.wire.health import HealthReading
+from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 from gpuops.client.door.channels import LockChannel
 from gpuops.agent.wire.marks import ProbeReply
@@ -45,7 +47,7 @@ class LaunchLock:
         raise RunAlive when another launch or run holds one."""
         play = self.play
         self.holder = holder_id()
-        self._channel = play.door.lock(play.session, self.holder, play.run_gpus)
+        self._channel = play.door.lock(play.session, self.holder, play.run_gpus, health=wants_health(play))
         said = self._channel.wait_locked(play.timeout)
         if said.busy is not None:
             self.release()
@@ -91,8 +93,27 @@ class LaunchLock:
             pass
 
 
-def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
-    """Check the probe against the playbook; raise PreflightProblem, else yield the findings."""
+def wants_health(play: Play) -> bool:
+    """The probe under the lock reads the GPUs' health: preflight judges it, or the host's follower needs the
+    GPUs' bus ids (watch.host_kernel_log)."""
+    pb = play.playbook
+    return bool(play.run_gpus) and (pb.preflight.health != "off" or pb.watch.host_kernel_log != "off")
+
+
+def xid_window(play: Play) -> float | None:
+    """Seconds of the host's kernel log preflight reads (None: none): the playbook's window, or a minute only to
+    learn whether the host lets its follower read it."""
+    pb = play.playbook
+    if not play.run_gpus:
+        return None
+    if pb.preflight.health != "off" and pb.preflight.xid_window > 0:
+        return pb.preflight.xid_window
+    return 60.0 if pb.watch.host_kernel_log != "off" else None
+
+
+def evaluate(play: Play, probe: ProbeReply, xids: HostXids | None = None) -> Generator[Event, None, Health | None]:
+    """Check the probe against the playbook; raise PreflightProblem, else yield the findings. Returns the GPUs'
+    health (None where it was not read): the launch hands the GPUs' bus ids to the host's follower."""
     pf = play.playbook.preflight
     state = probe.sessions.get(play.session)
     if state is not None and state.alive:
@@ -102,6 +123,12 @@ def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
             hint="see `gpuops status`; stop it with `gpuops stop` or reattach with `gpuops logs -f`",
         )
     ready(play, probe)
+    health = None
+    if probe.health_fields and probe.smi != "absent":
+        health = verdicts(probe.health or HealthReading(), xids or HostXids(error="the host's kernel log was not read"))
+        health.refused = list(probe.health_refused)
+        if pf.health != "off":
+            yield from judge_health(play, health)
     findings: list[GpuCheck] = []
     if pf.gpus:
         if probe.smi != "ok":
@@ -125,9 +152,28 @@ def evaluate(play: Play, probe: ProbeReply) -> Iterator[Event]:
     yield Event(
         "preflight_ok",
         play.target.name,
-        data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi},
+        data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi,
+              **({} if health is None else {"host_kernel_log": {"reader": health.xids.reply.reader if
+                                                                health.xids.readable else None,
+                                                                "why": None if health.xids.readable else health.xids.why}})},
     )
+    return health
 
+
+def judge_health(play: Play, health: Health) -> Iterator[Event]:
+    """Refuse (preflight.health: strict) a playbook GPU that needs a reset or service, naming it, the counter and
+    NVIDIA's action; warn on what only slows it (and, with warn, on what would have refused it)."""
+    strict = play.playbook.preflight.health == "strict"
+    bad = health.blocking(play.run_gpus)
+    if bad and strict:
+        checks = [GpuCheck(v.index if v.index is not None else -1, None, None, 0,
+                           tuple(f"{p.counter} = {p.value}: {p.message}" for p in v.blocking), v.bus_id, v.uuid,
+                           v.level, tuple(p.as_json() for p in v.problems)) for v in bad]
+        raise PreflightProblem(refusal(play, bad), checks, play, hint=HINT)
+    for g in play.run_gpus:
+        v = health.verdicts.get(g)
+        if v is not None and (v.warnings or (v.blocking and not strict)):
+            yield gpu_event(play, v, blocking_too=not strict)
 
 def ready(play: Play, probe: ProbeReply) -> None:
     """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""

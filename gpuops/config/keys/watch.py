@@ -12,12 +12,12 @@ from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, Detector
 from gpuops.config import schema as s
 from gpuops.config.keys.detector_keys import compile_pattern, parse_detector
 from gpuops.config.keys.metrics_keys import parse_metrics
-from gpuops.config.playbook_model import EnvVar, RuleSpec, StallAuto, Watch
+from gpuops.config.playbook_model import HOST_LOG_MODES, EnvVar, RuleSpec, StallAuto, Watch
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
 WATCH_KEYS = ("builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval") + tuple(
-    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "metrics")
+    spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "metrics", "host_kernel_log")
 RULE_KEYS = ("name", "pattern", "action")
 STALL_AUTO_KEYS = ("floor", "factor", "settle", "initial")
 # Detectors report as rules of these names; their actions are set under their own keys.
@@ -57,6 +57,8 @@ def parse_watch(node: Node | None, env: Seq[EnvVar], warnings: list[str], enviro
         fields["recompiles"] = s.boolean(n)
     if (n := sec.get("stacks")) is not None:
         fields["stacks"] = s.choice(n, wf.STACKS_POLICIES, "when to record the training's stacks")
+    if (n := sec.get("host_kernel_log")) is not None:
+        fields["host_kernel_log"] = s.choice(n, HOST_LOG_MODES, "whether to follow the host's kernel log for Xids")
     if (n := sec.get("metrics")) is not None:
         fields["metrics"] = parse_metrics(n, environ, need_env)
     return Watch(**fields)  # type: ignore[arg-type]

@@ -103,6 +103,7 @@ DETAILS = {
     "attempt_started": lambda ev: (f"attempt {number(ev.get('attempt'))} of {number(ev.get('max_attempts'))} started"
                                    + (" with the compile guard" if ev.get("compile_guard") else "")),
     "restart_failed": lambda ev: f"attempt {number(ev.get('attempt'))} could not start: {ev.get('message') or 'no reason said'}",
+    "hardware": lambda ev: f"{ev.get('message') or 'a GPU of the run failed'}; {ev.get('advice') or ''}".rstrip("; "),
     "restart_cancelled": lambda ev: (f"attempt {number(ev.get('attempt'))} will not start: the run was stopped by "
                                      f"{who(ev.get('stopped_by'))}"),
     "session_gone": lambda ev: str(ev.get("message") or "the run's tmux session is gone"),

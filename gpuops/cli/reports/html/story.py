@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuops.agent.wire.detector_list import DETECTORS
+from gpuops.agent.wire.verdict import record_words
 from gpuops.cli.reports.html.happened import detail, name, number, words
 from gpuops.cli.reports.html.plot import LIMIT, PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock, drawable
 from gpuops.cli.reports.html.stack_view import Attempt, attempts
@@ -135,9 +136,14 @@ def mark_list(rec: dict[str, Any]) -> tuple[list[Mark], list[tuple[float, float,
             continue
         if kind == "match":
             warn = ev.get("action") != "abort"
-            gpu = (ev.get("figures") or {}).get("gpu") if isinstance(ev.get("figures"), dict) else None
-            rule = words(ev.get("rule") or "unnamed rule") + (f" (GPU {words(gpu)})" if gpu is not None else "")
+            fig = ev.get("figures") if isinstance(ev.get("figures"), dict) else {}
+            gpu, xid = fig.get("gpu"), fig.get("xid")
+            rule = words(ev.get("rule") or "unnamed rule") + (f": Xid {words(xid)}" if xid is not None else "") + (
+                f" (GPU {words(gpu)})" if gpu is not None else "")
             out.append(Mark(t, f"warn: {rule}" if warn else rule, "warn" if warn else "match"))
+        elif kind == "hardware":  # a stall or crash the watchdog put down to an Xid on a run GPU
+            fig = ev.get("figures") if isinstance(ev.get("figures"), dict) else {}
+            out.append(Mark(t, f"hardware: Xid {words(fig.get('xid'))} (GPU {words(fig.get('gpu'))})", "abort"))
         elif kind == "stall":
             out.append(Mark(t, f"stall: {words(ev.get('seconds'))} s silent", "stall"))
         elif kind == "abort_start":
@@ -228,6 +234,8 @@ def summary_rows(rec: dict[str, Any], target: str, said: dict[str, Any]) -> list
     hang = (rec.get("abort_done") or {}).get("hang")
     if isinstance(hang, dict) and hang.get("text"):  # a stalled torchrun job: where it hung, as every node read it
         rows.insert(4, ("where the job hung", words(hang["text"])))
+    if isinstance(prof.get("hardware"), dict):  # the GPU that ended it, the Xid or counter, NVIDIA's action
+        rows.insert(3, ("GPU fault", record_words(prof["hardware"])))
     if rec.get("session_alive"):
         rows.insert(1, ("state", "still running when this report was written"))
     return rows
