@@ -2,6 +2,8 @@
 # Make a bare GPU machine (no network) ready for the real-sshd bench: the OpenSSH server and client
 # and tmux from the Debian packages carried in .whl/ (their libraries are found after the system's
 # own), the sshd privilege-separation user, and gpuops' Python dependencies from the carried wheels.
+# .whl holds: openssh-server/client/sftp-server, tmux, libevent-core, libutempter0, libwrap0, libtirpc3,
+# libtirpc-common, libnsl2 (bookworm; sshd needs libnsl.so.2, which the GPU machine lacked on 2026-12-06) and the wheels.
 # Usage: bash tools/device_setup.sh [WHEEL_DIR]   then: export PYTHONPATH=/tmp/site
 set -eu
 W=${1:-.whl}
