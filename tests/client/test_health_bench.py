@@ -58,8 +58,11 @@ def test_preflight_refuses_a_gpu_that_needs_a_reset_or_service_and_a_playbook_wi
     findings = {f["index"]: f for f in summary["gpus"]}
     assert (findings[6]["verdict"], findings[7]["verdict"]) == ("needs reset", "needs service")
     assert not ct.run_dirs()  # nothing was started
-    playbook(ct, [4, 5], steps([4, 5]))  # the healthy GPUs: the run starts
-    assert ct.gpuops("launch", "--detach").code == 0
+    playbook(ct, [4, 5], steps([4, 5]))  # the healthy GPUs: the run starts, each GPU's verdict said
+    started = ct.gpuops("launch", "--detach", "--json")
+    assert started.code == 0, started
+    (ok,) = [e for e in started.events() if e["event"] == "preflight_ok"]
+    assert [(g["index"], g["bus_id"], g["verdict"]) for g in ok["gpus"]] == [(i, gpus.bus_id(i), "ok") for i in (4, 5)]
     assert ct.session_alive()
     assert ct.gpuops("stop").code == 0
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Generator, Iterator
 
 from gpuops.agent.wire.health import HealthReading
+from gpuops.agent.wire.verdict import Verdict
 from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 from gpuops.client.door.channels import LockChannel
@@ -149,6 +151,8 @@ def evaluate(play: Play, probe: ProbeReply, xids: HostXids | None = None) -> Gen
                 play,
                 hint="wait for the other job to finish, or adjust preflight thresholds in the playbook",
             )
+    if health is not None:  # each idle GPU with its verdict: where its health was judged (docs/json.md gpu_finding)
+        findings = [with_verdict(f, health.verdicts.get(f.index)) for f in findings]
     yield Event(
         "preflight_ok",
         play.target.name,
@@ -174,6 +178,15 @@ def judge_health(play: Play, health: Health) -> Iterator[Event]:
         v = health.verdicts.get(g)
         if v is not None and (v.warnings or (v.blocking and not strict)):
             yield gpu_event(play, v, blocking_too=not strict)
+
+
+def with_verdict(check: GpuCheck, v: Verdict | None) -> GpuCheck:
+    """The GPU's check with its health verdict beside it (unchanged where its health was not read)."""
+    if v is None:
+        return check
+    return dataclasses.replace(check, bus_id=v.bus_id, uuid=v.uuid, verdict=v.level,
+                               health=tuple(p.as_json() for p in v.problems))
+
 
 def ready(play: Play, probe: ProbeReply) -> None:
     """The tools a run needs beside it on the target: tmux runs it, python3 runs its watchdog."""
