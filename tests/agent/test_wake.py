@@ -60,6 +60,10 @@ def test_a_detached_fx_race_is_stopped_whether_the_watchdog_waits_on_inotify_or_
     wait_until(lambda: run_stopped(ct), timeout=30, message="the watchdog to stop the run")
     record = ct.abort_record()
     assert (record["reason"], record["rule"], record["by"]) == ("match", "fx-tracing-race", "watchdog")
+    # After the end, status still says how the watchdog waited (not "poll ()": it stopped waiting).
+    wait_until(lambda: heartbeat(d).get("state") == "done", timeout=30,
+               message=lambda: f"the watchdog to record the end: {heartbeat(d)}")
+    assert heartbeat(d)["wait"] == wait
 
 
 def test_an_idle_run_spawns_no_tmux_check_and_no_nvidia_smi_and_its_end_is_still_seen(ct: Ct) -> None:

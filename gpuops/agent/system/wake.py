@@ -77,6 +77,7 @@ class Waker:
         self.records = True
         self.last_change = 0.0  # monotonic: when a wait last returned for a changed file
         self.why_poll = ""
+        self.closed: Optional[str] = None  # once closed: its mode until then
         self.retry_at = 0.0  # monotonic: when inotify, given up for missing events, is tried again
         self.libc = _libc()
         if self.libc is None:
@@ -93,7 +94,7 @@ class Waker:
             return
         self.fd = fd
         if self._add(None) is None:
-            self.close()
+            self._close_fd()
             return
         for name in self.files:
             self._add(name)
@@ -101,6 +102,8 @@ class Waker:
     @property
     def mode(self) -> str:
         """`inotify`, or `poll (why)`: what status says of the watchdog's waiting."""
+        if self.closed is not None:
+            return self.closed  # the run ended: how it waited until then
         return "inotify" if self.fd is not None else "poll (%s)" % self.why_poll
 
     def _errno(self) -> int:
@@ -202,10 +205,16 @@ class Waker:
             # Not for good: a log renamed away and still written (`mv log log.1`) sends its events to no
             # watched name until its writer moves on; inotify is tried again after RETRY_AFTER.
             self.why_poll = "inotify sent no events"
-            self.close()
+            self._close_fd()
             self.retry_at = time.monotonic() + RETRY_AFTER
 
     def close(self) -> None:
+        """No more waits (the run ended): mode goes on saying how it waited."""
+        if self.closed is None:
+            self.closed = self.mode
+        self._close_fd()
+
+    def _close_fd(self) -> None:
         if self.fd is not None:
             try:
                 os.close(self.fd)
