@@ -13,6 +13,7 @@ that would restart on a stall or a failure is not restarted onto a GPU that took
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,16 @@ def test_an_xid_79_on_a_run_gpu_stops_a_detached_run_with_exit_10_named_in_statu
     assert ct.session_alive() and not (ct.run_dir() / "hardware.json").exists()
     assert [r["index"] for r in host_log(ct) if r["kind"] == "xid"] == [5]  # GPU 2's Xid never reached the run
     # GPU 5 falls off the bus: the run stops, exit 10, with nobody attached.
+    appended = time.time()
     kernel.append_xid(gpus.bus_id(5), 79)
     wait_until(lambda: not ct.session_alive(), timeout=30, message="the run to be stopped by the Xid")
+    if os.environ.get("GPUOPS_MEASURE_XID"):  # benchmarks: the Xid line appended to the run's session gone
+        done = wait_until(lambda: (ct.run_dir() / "abort-done.json").exists() and
+                          json.loads((ct.run_dir() / "abort-done.json").read_text()))
+        match = next(json.loads(x)["ts"] for x in (ct.run_dir() / "events.jsonl").read_text().splitlines()
+                     if '"xid": 79' in x.replace('"xid":', '"xid": ') or "Xid 79" in x)
+        print("XID-LATENCY handed-over-and-matched", round(match - appended, 3), "session-gone",
+              round(done["session_gone_at"] - appended, 3))
     run = status_run(ct)
     assert (run["state"], run["exit_code"], run["last_match"]) == ("hardware", 10, "gpu-xid"), run
     hw = run["hardware"]
