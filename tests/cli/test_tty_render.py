@@ -29,14 +29,14 @@ LOCAL = str(REPO / "inventories" / "local.yaml")
 
 
 class Terminal:
-    """A command on a pseudo-terminal of 50 x 500; what it shows, terminal escapes removed."""
+    """A command on a pseudo-terminal of 50 x 500 (or `columns` wide); what it shows, terminal escapes removed."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], columns: int = 500) -> None:
         env = {k: v for k, v in os.environ.items()
                if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR") and (not k.startswith("GPUOPS_")
                                                                                or k.startswith("GPUOPS_FAKE"))}
         master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 500, 0, 0))
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
         self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, cwd=REPO, start_new_session=True,
                                      env={**env, "TERM": "xterm-256color", "GPUOPS_CONNECT_RETRY_TIME": "0"})
         os.close(slave)
@@ -79,8 +79,8 @@ class Terminal:
             os.close(self._master)
 
 
-def gpuops_on_a_terminal(*args: str, prefix: tuple[str, ...] = ()) -> tuple[int, str]:
-    term = Terminal([*prefix, *argv(*args)])
+def gpuops_on_a_terminal(*args: str, prefix: tuple[str, ...] = (), columns: int = 500) -> tuple[int, str]:
+    term = Terminal([*prefix, *argv(*args)], columns)
     return term.finish(), term.text
 
 
@@ -93,6 +93,25 @@ def test_status_shows_a_process_name_with_brackets_and_colons_as_it_is(local_env
     code, text = gpuops_on_a_terminal("status", "-i", LOCAL)
     assert code == 0, text
     assert f"{os.getpid()} {name} 1234 MiB" in text
+
+
+def test_health_on_a_60_column_terminal_is_a_table_with_each_cause_wrapped_under_it(local_env: LocalEnv) -> None:
+    """`gpuops health` on a narrow terminal: a row per GPU with its verdict, nothing wider than the terminal, and the
+    cause of a verdict with NVIDIA's action in words under the table (NO_COLOR or not, the same words)."""
+    gpus = local_env.gpus
+    gpus.set_health(3, ecc_uncorrected_volatile=2)
+    gpus.set_health(4, slowdown=["hw_thermal_slowdown"])
+    code, text = gpuops_on_a_terminal("health", "-i", LOCAL, columns=60)
+    assert code == 10, text  # GPU 3 needs a reset
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert max(len(line) for line in lines) <= 60, "\n".join(lines)
+    assert any(re.fullmatch(r"GPU\s+┃\s+verdict\s+┃\s+ECC\s+┃\s+remap\s+┃\s+clocks\s+┃\s+PCIe\s+┃\s+°C", line)
+               for line in lines), text
+    rows = {int(m.group(1)): m.group(2) for line in lines if (m := re.match(r"(\d)\s+│ (\S+)", line))}
+    assert (rows[0], rows[3], rows[4]) == ("ok", "needs", "warn"), rows  # "needs reset" wraps in its column
+    words = " ".join(line.strip() for line in lines)
+    assert f"GPU 3 ({gpus.bus_id(3)}, " in words and "NEEDS RESET: 2 uncorrected ECC error(s)" in words, words
+    assert "nvidia-smi -r -i " + gpus.bus_id(3) in words and "WARN: clocks slowed: hw_thermal_slowdown" in words
 
 
 @pytest.fixture
