@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchkit import Row, Site, children, cpu_times, run_seconds, wait_for
 from bench.watchdog import events, heartbeat, wait_watching
+from benchkit import Row, Site, children, cpu_times, run_seconds, wait_for
 
 STAMPER = ("python3 -u -c \"import time\nfor i in range(LINES):\n    time.sleep(0.3)\n"
            "    print('bench-mark %.6f' % time.time())\ntime.sleep(600)\"")
@@ -146,8 +146,8 @@ def bench_first_contact(args: Any) -> list[Row]:
     import shlex
     import sys
 
-    from benchkit import GPUOPS, ROOT, servers, stop
     from bench.inventory import write_inventory
+    from benchkit import GPUOPS, ROOT, servers, stop
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
     pairs = servers(1, (200,))

@@ -8,7 +8,6 @@ from typing import Iterable
 from gpuops.agent.wire.exits import ExitCode  # noqa: F401  (the contract's codes, defined once in the wire)
 from gpuops.position import Mark
 
-
 #: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
 #: did not finish: that wins. Then a bug; then what the runs found, a GPU that failed first (10: the
 #: hardware), then the furthest step first (a rule fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the

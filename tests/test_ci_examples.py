@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until
 from bench.inventory import host_entry
 from test_junit import check_shape

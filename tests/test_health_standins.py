@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from bench import BIN_DIR, FakeGpus
 from bench.kmsg import KernelLog
 

@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
+import yaml
 from bench import wait_until
 from bench.watchdog import remove_watchdog
-import yaml
-
 from test_launch import Lab, base_playbook, gpuops, lab, merged  # noqa: F401 (lab: the fixture)
 from test_watch import SESSION, Ct, trainer
 

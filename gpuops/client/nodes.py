@@ -17,11 +17,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from gpuops.client.events import Event, Outcome
+from gpuops.client.play import Play
 from gpuops.command import Cmd, Raw
 from gpuops.config.playbook_model import EnvVar, Playbook
 from gpuops.errors import ConfigError, ExitCode, GpuopsError, RemoteError
-from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
 
 #: What a node's command reads for its rendezvous id: the run id on attempt 1, <run>-a<N> on attempt N.
 RDZV_ID_VAR = "GPUOPS_RDZV_ID"

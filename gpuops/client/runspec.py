@@ -13,9 +13,9 @@ from typing import Any
 
 from gpuops.agent.wire import watchfile
 from gpuops.agent.wire.detector_list import DetectorSettings
-from gpuops.command import Secret, Script, export
-from gpuops.client.play import Play, holder_id
 from gpuops.client.door.commands import dumps
+from gpuops.client.play import Play, holder_id
+from gpuops.command import Script, Secret, export
 
 
 def meta(play: Play, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from gpuops.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuops.client.play import Play
-    from gpuops.targets import Inventory, Target
     from gpuops.config.playbook_model import Playbook
+    from gpuops.targets import Inventory, Target
 
 
 @dataclass

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
-import threading
 from typing import Any, Iterator
 
-from gpuops.client.door import Door
 from gpuops.agent.wire.marks import ProbeReply
-from gpuops.targets import Inventory, Target
+from gpuops.client.door import Door
 from gpuops.errors import GpuopsError
+from gpuops.targets import Inventory, Target
 from gpuops.transport import Pool
 
 MAX_PARALLEL = 8
@@ -70,8 +70,8 @@ def memory_history(probe: ProbeReply) -> dict[int, tuple[list[int | None], float
         run = s.run
         if run is None or not run.samples_text or not s.alive:
             continue
-        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
         from gpuops.agent.wire.detector_list import by_key
+        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
 
         samples = parse_lines(run.samples_text)
         if samples:

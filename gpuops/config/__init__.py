@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from gpuops.config.inventory import resolve_target
-from gpuops.targets import Host, Inventory, Target
 from gpuops.config.source import Source
+from gpuops.targets import Host, Inventory, Target
 
 if TYPE_CHECKING:  # the playbook's model is imported where a playbook is read
     from gpuops.config.playbook_model import Playbook

@@ -8,11 +8,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable
 
 from gpuops.config import schema as s
-from gpuops.targets import Host, Inventory, Target
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import NO_VAULT, Node, first_vault
 from gpuops.errors import ConfigError, UsageError
 from gpuops.position import Mark
+from gpuops.targets import Host, Inventory, Target
+
 if TYPE_CHECKING:
     from gpuops.config.playbook_model import Playbook
 

@@ -13,8 +13,8 @@ import os
 import threading
 from typing import Any, Mapping
 
-from gpuops.targets import Host, Inventory, Target
 from gpuops.errors import UsageError
+from gpuops.targets import Host, Inventory, Target
 from gpuops.transport.base import HostSide, Result, Stream, Transport
 
 __all__ = ["Pool", "Result", "Stream", "Transport", "dry_transport"]

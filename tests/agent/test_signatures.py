@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.wire.signatures.matcher import Hit, Matcher, Rule, builtin_rules, regex_rule
-from gpuops.client.view import accel
 from gpuops.agent.wire.signatures import matcher as matcher_mod
 from gpuops.agent.wire.signatures import scan as scan_mod
+from gpuops.agent.wire.signatures.matcher import Hit, Matcher, Rule, builtin_rules, regex_rule
+from gpuops.client.view import accel
 
 LOGS = Path(__file__).parent.parent / "data" / "logs"
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is not supported at the moment."

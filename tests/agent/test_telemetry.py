@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.wire.records import SAMPLES, SAMPLES_COARSE
 from gpuops.agent.detect.cachewatch import CacheWatcher, inductor_cache_dir
 from gpuops.agent.detect.telemetry import TelemetryLog, parse_lines, read_samples
 from gpuops.agent.detect.throughput import Figures, figure
+from gpuops.agent.wire.records import SAMPLES, SAMPLES_COARSE
 
 T0 = 1796120709.83  # 2026-12-01 10:25:09.83 UTC, when REFERENCE.md measured the quiet failures
 COMPILED, EAGER = 505695.0, 98364.0

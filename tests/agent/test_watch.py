@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, procs, wait_until, write_inventory
 from bench.cli import CLI_TIMEOUT, Cli, Running, gpuops
 

@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench import jsoncheck
-from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import FakeProxmox, LocalEnv, SshServer, jsoncheck, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_INV = REPO / "inventories" / "example.yaml"

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bench import procs, wait_until
 from bench.cli import Cli, CtCli
 

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, jsoncheck, procs, wait_until, write_inventory
 from bench.netns import NetNs, NetnsUnavailable
 

@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import yaml
-
 from bench import BIN_DIR, procs, wait_until
 from bench.watchdog import remove_watchdog
-from gpuops.config import load_inventory
-from gpuops.client.view.follower import Data, Ended, LogFollower
-from gpuops.client.door import Door
-from gpuops.transport import Pool
 from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, trainer
+
+from gpuops.client.door import Door
+from gpuops.client.view.follower import Data, Ended, LogFollower
+from gpuops.config import load_inventory
+from gpuops.transport import Pool
 
 
 def numbers(lines: list[str]) -> list[int]:

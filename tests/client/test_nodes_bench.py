@@ -16,10 +16,10 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from bench import BENCH_PATH, FakeProxmox, SshServer, write_inventory
 from bench.cli import gpuops
 from bench.waiting import wait_until
+
 from gpuops.agent.wire import jobwire
 
 SESSION = "job"

@@ -18,19 +18,19 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench.cli import gpuops_text
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
+from bench.cli import gpuops_text
 from bench.inventory import host_entry
 from bench.procs import is_alive
+
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotRunning
 from gpuops.transport import Pool
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
-from gpuops.transport.ssh.paramiko_ssh.paramiko_transport import SshTransport
 from gpuops.transport.ssh.paramiko_ssh.lowlatency import LowLatencySocket
+from gpuops.transport.ssh.paramiko_ssh.paramiko_transport import SshTransport
 
 REPO = Path(__file__).resolve().parents[2]
 

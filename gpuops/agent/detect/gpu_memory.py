@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+from ..wire.smi import GpuSample
 from . import judge
 from .episodes import Episode, keep, moves
 from .judge import EAGER_ADVICE, MIN_FIGURES, Baseline, Finding, base_figures, n
 from .throughput import median
-from ..wire.smi import GpuSample
 
 MEMORY_SHIFT = "gpu-memory-shift"
 MEMORY_VOLATILE = "gpu-memory-volatile"

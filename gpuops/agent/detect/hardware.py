@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 from ..wire import protocol as p
 from ..wire.detector_list import hardware_rules
 from ..wire.records import read_json, write_json_atomic
-from ..wire.verdict import judge as verdict, judge_lost
+from ..wire.verdict import judge as verdict
+from ..wire.verdict import judge_lost
 from ..wire.xid import RESET, SERVICE
 
 if TYPE_CHECKING:

@@ -35,12 +35,22 @@ import os
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .judge import Baseline
-from ..wire.detector_list import DetectorSettings
 from ..wire import protocol as p
+from ..wire.detector_list import DetectorSettings
 from ..wire.protocol import ATTEMPT, EVENTS
+from ..wire.records import (
+    ABORT,
+    EXIT_CODE,
+    META,
+    PROFILE,
+    command_exit_code,
+    outcome,
+    read_json,
+    read_text,
+    write_json_atomic,
+)
 from ..wire.verdict import record_view as hardware_summary
-from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
+from .judge import Baseline
 from .telemetry import Sample, read_samples
 
 __all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile",

@@ -13,17 +13,17 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from ..system.procs import die_with_parent
 from ..wire import protocol as p
+from ..wire.health import SLOWDOWN
+from ..wire.hostwire import HOST_LOG, HostLog, read_host_log
+from ..wire.records import read_json
 from ..wire.watchfile import WatchConfig
-from .gpu_apps import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher
 from .detectors import Detectors, Finding, heartbeat
-from ..system.procs import die_with_parent
+from .gpu_apps import ProcessLoop
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
-from ..wire.hostwire import HOST_LOG, HostLog, read_host_log
-from ..wire.records import read_json
-from ..wire.health import SLOWDOWN
 from .sampler import REFUSED, HealthSample, Sampler
 from .telemetry import TelemetryLog
 from .throughput import FIGURE, Figures, parse_figure

@@ -18,8 +18,7 @@ import threading
 import time
 from typing import Any, List, Optional
 
-from . import rwlock
-from . import counts
+from . import counts, rwlock
 
 DEFAULT_WAIT = 300.0
 

@@ -21,15 +21,17 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import SH
-from ..wire import protocol as p
-from ..wire import marks, watchfile
 from ..system import tmux
-from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
-from .prepare import append_event
-from ..wire.watchfile import WatchConfig
 from ..system.procs import parents, run_of, running, started_at
+from ..wire import marks, watchfile
+from ..wire import protocol as p
 from ..wire.records import read_json, write_json_atomic
 from ..wire.smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
+from ..wire.watchfile import WatchConfig
+from .attempt import current as current_attempt
+from .attempt import due as restart_due
+from .attempt import finish_step, moved_on, step_lock
+from .prepare import append_event
 
 DRAIN_TIMEOUT = 30.0
 POLL = 0.02

@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from ..wire import protocol as p
-from ..wire.records import read_json, read_text
 from ..detect.profile import build_profile
 from ..detect.telemetry import Sample, read_samples
 from ..system import tmux
+from ..wire import protocol as p
+from ..wire.records import read_json, read_text
 
 #: Points per plotted series: a week of 2 s samples is 300,000; a plot is ~1,000 pixels wide.
 MAX_POINTS = 1500

@@ -12,9 +12,9 @@ import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..run.prepare import append_event
 from ..wire import protocol as p
 from ..wire.detector_list import finding_key
-from ..run.prepare import append_event
 
 #: Events a full disk keeps waiting to be written (the oldest beyond are dropped).
 MAX_PENDING = 1000

@@ -22,9 +22,9 @@ import time
 from typing import Any, List, Optional
 
 from .. import LIB
+from ..run.prepare import append_event
 from ..wire import protocol as p
 from ..wire.records import read_json
-from ..run.prepare import append_event
 
 #: Restart delays: quick after a kill; backing off (never past 4 s) while the watchdog keeps crashing.
 FIRST_DELAY, MAX_DELAY = 0.2, 4.0

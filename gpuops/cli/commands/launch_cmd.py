@@ -8,12 +8,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuops.client.selection import load_plays
 from gpuops.cli.flows.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
-from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.client.selection import load_plays
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report

@@ -11,12 +11,12 @@ from gpuops.errors import ExitCode
 
 def run_report(inventory: str | None, playbook: str | None, target: str | None, *, run_id: str | None,
                output: str | None, as_json: bool, verbose: bool) -> int:
+    from gpuops.cli.flows.which_run import check_run_id
     from gpuops.cli.options import report_cost
     from gpuops.cli.reports.html.page import write
     from gpuops.cli.reports.html.writer import build, fetch
     from gpuops.cli.reports.writable import check_writable
     from gpuops.client.selection import load_plays
-    from gpuops.cli.flows.which_run import check_run_id
 
     if run_id is not None:
         check_run_id(run_id)

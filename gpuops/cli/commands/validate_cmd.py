@@ -23,7 +23,6 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
     views: list[dict] = []
     if inventory:
         from gpuops.transport.describe import connection
-
         from gpuops.transport.ssh.resolve import resolve_hosts_soon
 
         inv = load_inventory(inventory)

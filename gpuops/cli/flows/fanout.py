@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 from gpuops.cli.signals import cause_of, code_of, outcome_of
-from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
+from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal

@@ -9,21 +9,21 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.cli.flows.fanout import Fanout
 from gpuops.cli.flows.run_flow import renderer
-from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal
-    from gpuops.client.play import Play
     from gpuops.client.nodes import Node
+    from gpuops.client.play import Play
 
 
 def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Report) -> int:
     """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
     import time
 
-    from gpuops.client.nodes import check_nodes
     from gpuops.client.launch.nodes_launch import launch_job
+    from gpuops.client.nodes import check_nodes
 
     check_nodes(plays)
     deadline = time.monotonic() + timeout if timeout else None

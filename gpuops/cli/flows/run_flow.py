@@ -6,8 +6,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal

@@ -14,7 +14,6 @@ from gpuops.agent.wire.protocol import SCHEMA_VERSION
 from gpuops.cli.renderers import style as looks
 from gpuops.client.events import Event, Outcome
 
-
 _LINE_BREAKS = ("\x85", "\u2028", "\u2029")
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 

@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpuops.errors import ExitCode, GpuopsError
-from gpuops.client.events import Event, Outcome
 from gpuops.cli.reports.writable import check_writable
+from gpuops.client.events import Event, Outcome
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from types import TracebackType
+
     from gpuops.cli.roles import Render
     from gpuops.client.play import Play
 

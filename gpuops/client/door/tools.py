@@ -11,8 +11,8 @@ import json
 import time
 from typing import Any, Callable
 
-from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import marks
+from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.hostwire import HostWatchReply, XidsReply, parse_host_watch, parse_xids
 from gpuops.agent.wire.smi import SmiError, parse_sample
 from gpuops.client.door import commands
@@ -20,8 +20,18 @@ from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install,
 from gpuops.client.door.channels import FollowChannel, LockChannel, WarmupChannel
 from gpuops.client.door.replies import MemoryReading, read_report, read_runs
 from gpuops.command import Cmd
-from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
-                           RunAlive, RunStopped, TargetNotReady)
+from gpuops.errors import (
+    AuthError,
+    CommandTimeout,
+    ConnectError,
+    GpuopsError,
+    HostKeyError,
+    NoRun,
+    RemoteError,
+    RunAlive,
+    RunStopped,
+    TargetNotReady,
+)
 from gpuops.transport.base import Result, Transport
 
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection

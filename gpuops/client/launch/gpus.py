@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuops.command import Cmd
 from gpuops.agent.wire.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
+from gpuops.command import Cmd
 
 __all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "GpuCheck", "Gpu", "Process", "SmiError",
            "check_idle", "parse_gpus"]

@@ -10,16 +10,15 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
-from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
 from gpuops.client.health import XidsSoon, meta_state, start_host_watch
 from gpuops.client.launch.preflight import LaunchLock, evaluate, xid_window
 from gpuops.client.launch.run_id import new_run_id
 from gpuops.client.launch.sequential_warmup import WarmupError, run_warmups, stop_warmup
 from gpuops.client.launch.uninterruptible import shielded
-from gpuops.errors import ExitCode
+from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
+from gpuops.client.play import Play
+from gpuops.errors import ExitCode, GpuopsError
 
 
 def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:

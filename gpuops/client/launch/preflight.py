@@ -6,13 +6,13 @@ import threading
 from typing import Generator, Iterator
 
 from gpuops.agent.wire.health import HealthReading
-from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
-from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
-from gpuops.client.door.channels import LockChannel
 from gpuops.agent.wire.marks import ProbeReply
+from gpuops.client.door.channels import LockChannel
 from gpuops.client.events import Event
-from gpuops.client.play import Play, holder_id
+from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
 from gpuops.client.launch.gpus import GpuCheck, check_idle
+from gpuops.client.play import Play, holder_id
+from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 
 #: The oldest Python the target package runs on (tests/agent/test_agent_package.py proves it).
 OLDEST_PYTHON = (3, 8)

@@ -10,10 +10,11 @@ from gpuops.config.ansible.ini import parse_ini
 from gpuops.config.ansible.tree import Tree
 from gpuops.config.ansible.yamlfile import accepts as is_ansible_yaml
 from gpuops.config.ansible.yamlfile import parse_yaml
-from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.errors import ConfigError, UsageError
 from gpuops.position import Mark
+from gpuops.targets import Inventory
+
 # Ansible's INVENTORY_IGNORE_EXTS and the names it always skips.
 IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
 IGNORED_NAMES = ("group_vars", "host_vars", "vars_plugins")

@@ -8,11 +8,10 @@ import threading
 import time
 from typing import Any
 
-from gpuops.targets import Host
 from gpuops.errors import ConnectError, GpuopsError
+from gpuops.targets import Host
 from gpuops.transport.base import HostSide
 from gpuops.transport.ssh.head_start import Early
-
 
 #: Each retried connect failure is said here (the CLI shows it on stderr): 30 s of silence reads as a hang.
 LOG = logging.getLogger("gpuops.transport.connect")

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 from gpuops.agent.wire.detector_list import DETECTORS
 from gpuops.agent.wire.verdict import record_words
+from gpuops.cli.renderers.status_view import job_stop_words, node_words
 from gpuops.cli.reports.html.happened import detail, name, number, words
 from gpuops.cli.reports.html.plot import LIMIT, PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock, drawable
 from gpuops.cli.reports.html.stack_view import Attempt, attempts
-from gpuops.cli.renderers.status_view import job_stop_words, node_words
 
 
 @dataclass

@@ -15,9 +15,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from gpuops.targets import Host
 from gpuops.errors import os_reason
 from gpuops.localfiles import unswappable
+from gpuops.targets import Host
 from gpuops.transport.ssh.openssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
 from gpuops.transport.ssh.openssh.fail import HopView
 from gpuops.transport.ssh.plan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts

@@ -12,8 +12,16 @@ import os
 import re
 from dataclasses import dataclass
 
-from gpuops.errors import (AuthError, ChangedHostKey, GpuopsError, HostKeyError, LockedKey, RevokedHostKey, SshFileError,
-                           UnknownHostKey)
+from gpuops.errors import (
+    AuthError,
+    ChangedHostKey,
+    GpuopsError,
+    HostKeyError,
+    LockedKey,
+    RevokedHostKey,
+    SshFileError,
+    UnknownHostKey,
+)
 
 
 class SshFailed(Exception):

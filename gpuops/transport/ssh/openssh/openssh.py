@@ -15,11 +15,11 @@ import tempfile
 from typing import Any, Mapping
 
 from gpuops.command import Cmd
-from gpuops.targets import Host
 from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
+from gpuops.targets import Host
 from gpuops.transport.base import Result
-from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.local import ProcStream
+from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.ssh.openssh.argv import SshPlan, master_alive, plan
 from gpuops.transport.ssh.openssh.fail import SshFailed, classify
 from gpuops.transport.ssh.plan import where

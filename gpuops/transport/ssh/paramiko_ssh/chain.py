@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from gpuops.transport.ssh._paramiko import paramiko
-
-from gpuops.targets import Host
 from gpuops.errors import AuthError, ConnectError, LockedKey
+from gpuops.targets import Host
+from gpuops.transport.ssh._paramiko import paramiko
 from gpuops.transport.ssh.paramiko_ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.ssh.paramiko_ssh.lowlatency import transport_factory
 from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where

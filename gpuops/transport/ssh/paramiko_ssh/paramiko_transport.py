@@ -10,12 +10,11 @@ import threading
 import time
 from typing import Any, Mapping
 
-from gpuops.transport.ssh._paramiko import paramiko
-
 from gpuops.command import Cmd
-from gpuops.targets import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
+from gpuops.targets import Host
 from gpuops.transport.base import Result
+from gpuops.transport.ssh._paramiko import paramiko
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.ssh.paramiko_ssh.chain import _Connection
 from gpuops.transport.ssh.plan import where as _where
