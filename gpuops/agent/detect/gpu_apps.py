@@ -104,7 +104,7 @@ class ProcessLoop:
         return [[c.strip() for c in row.split(",")] for row in self.rows]
 
     def _close_pass(self) -> None:
-        counts = {g: 0 for g in self.gpus}
+        counts = dict.fromkeys(self.gpus, 0)
         for row in self._split():
             gpu = self.uuids.get(row[0]) if row else None
             if gpu in counts:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -375,7 +376,7 @@ def tool_abort(argv: List[str]) -> int:
             _say(marks.mark("claimed", json.dumps(current, sort_keys=True)))
             done = stop_run(d, cfg)
             break
-        done = wait_or_finish(d, cfg, grace + 90.0, lambda: moved_on(d, attempt))
+        done = wait_or_finish(d, cfg, grace + 90.0, functools.partial(moved_on, d, attempt))
         if not _restarted_meanwhile(d, cfg, attempt):
             _say(marks.mark("already", json.dumps(current, sort_keys=True)))
             break

@@ -140,7 +140,7 @@ def _slowdowns(h: GpuHealth) -> List[Problem]:
     found = []
     mask = h.mask
     if mask is not None and mask & SLOWDOWN:
-        active = [r for r in reasons(mask & SLOWDOWN)]
+        active = list(reasons(mask & SLOWDOWN))
         found.append(Problem("clocks_event_reasons.active", "0x%016X" % mask, WARN, "clocks slowed: %s" % ", ".join(active),
                              "check the GPU's cooling and power delivery (a run on it is slower)"))
     link = h.link()
