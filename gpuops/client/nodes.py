@@ -68,7 +68,7 @@ def check_nodes(plays: list[Play]) -> None:
     if not plays:
         return
     pb, inv = plays[0].playbook, plays[0].inventory
-    for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes)):
+    for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes), strict=True):
         if name not in inv.targets:
             from gpuops.config.schema import suggest
 

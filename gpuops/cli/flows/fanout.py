@@ -241,7 +241,8 @@ class Fanout:
             order = {w.name: i for i, w in enumerate(self.workers)}
             self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(str(obj.get("target")), 0)))
         else:
-            each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
+            each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})"
+                             for w, c in zip(self.workers, codes, strict=True))
             self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))
         return code
 

@@ -34,11 +34,11 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
     run_id: str | None = None
     try:
         probes = each(locks, lambda lock: lock.acquire())  # type: ignore[arg-type,return-value]
-        failed = [(j, p) for j, p in zip(plays, probes) if isinstance(p, BaseException)]
+        failed = [(j, p) for j, p in zip(plays, probes, strict=True) if isinstance(p, BaseException)]
         if failed:
             raise _first(failed)
         healths = {}
-        for play, probe, xids in zip(plays, probes, soon):
+        for play, probe, xids in zip(plays, probes, soon, strict=True):
             healths[play.target.name] = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         rdzv, how = endpoint(plays)
@@ -122,7 +122,7 @@ def node_ends(nodes: list[Play], run_id: str) -> list[Any]:
 
     infos = each(nodes, lambda j: run_info(j, run_id))
     ends = []
-    for rank, (play, info) in enumerate(zip(nodes, infos)):
+    for rank, (play, info) in enumerate(zip(nodes, infos, strict=True)):
         if isinstance(info, BaseException) or info is None:
             ends.append(NodeEnd(play.target.name, rank, "unknown", None, None))
             continue

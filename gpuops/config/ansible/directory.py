@@ -33,7 +33,9 @@ def load(path: str) -> Inventory:
                                                "run it; give -i the JSON of `ansible-inventory -i DIR --list`")
         if source.yaml_named:
             if not is_ansible_yaml(source):
-                source.root  # a YAML error is said at its place
+                error = source.rejection()
+                if error is not None:  # a YAML error is said at its place
+                    raise error
                 raise ConfigError(Mark(file, 1, 1), "expected an Ansible YAML inventory (groups at the top) in an "
                                                    "inventory directory")
             assert source.root is not None

@@ -5,6 +5,7 @@ goes through html.escape here, so a rule name or a GPU label cannot break the pa
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from html import escape
@@ -125,7 +126,7 @@ def _segments(points: Sequence[Point], gap: float) -> list[list[tuple[float, flo
 
 def _gap(points: Sequence[Point]) -> float:
     ts = sorted(t for t, _ in points)
-    steps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    steps = sorted(b - a for a, b in itertools.pairwise(ts) if b > a)
     return max(5.0, 5 * steps[len(steps) // 2]) if steps else math.inf
 
 

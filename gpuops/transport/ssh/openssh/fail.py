@@ -146,7 +146,7 @@ def _auth(said: str, hop: HopView) -> AuthError | None:
     methods = found.group(1)
     denied = f"authentication failed (Permission denied ({methods}))"
     agent = _agent_problem(said, hop)
-    certs = [c for c in _OFFERED_CERT.findall(said)]
+    certs = list(_OFFERED_CERT.findall(said))
     if "keyboard-interactive" in methods and "publickey" not in methods.split(","):
         return AuthError(hop.label, f"{denied}: the host asks for a password or a second factor, and gpuops never "
                          "prompts", hint="open a ControlMaster yourself first (`ssh -M -fN HOST` with ControlPath in "

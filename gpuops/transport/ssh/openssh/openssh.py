@@ -124,7 +124,7 @@ class OpenSshTransport(Connecting):
 
     def _why(self, found: SshPlan, text: str) -> Exception:
         """The error of the first jump whose ssh says why (its own log), else what the host's ssh said."""
-        for hop, log in zip(found.hops, found.hop_logs):
+        for hop, log in zip(found.hops, found.hop_logs, strict=False):  # the jumps have logs, the host not
             error = classify(_read(log), hop, connect_timeout=self.host.connect_timeout, wait_refused=self.wait_refused)
             if isinstance(error, GpuopsError):
                 return error
