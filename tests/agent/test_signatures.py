@@ -266,7 +266,7 @@ def test_timestamp_prefix_on_every_line_varies():
 def test_two_ranks_interleaved():
     a = tb(FX, prefix="[rank0]: ").splitlines()
     b = tb("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", prefix="[rank1]: ").splitlines()
-    text = "".join(x + "\n" + y + "\n" for x, y in zip(a, b))
+    text = "".join(x + "\n" + y + "\n" for x, y in zip(a, b, strict=False))  # as far as both go
     hits = scan(text.encode())
     assert [h.rule for h in hits] == ["fx-tracing-race", "cuda-oom"]
     assert all("[rank1]" not in line for line in hits[0].excerpt.splitlines())

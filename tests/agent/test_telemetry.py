@@ -24,7 +24,7 @@ def feed(run_dir: Path, seconds: float, gpus: int, *, interval: float = 2.0, sta
     log = log or TelemetryLog(str(run_dir))
     rng = random.Random(7)
     noise = [rng.uniform(0.9, 1.1) for _ in range(997)]
-    procs = {g: 1 for g in range(gpus)}
+    procs = dict.fromkeys(range(gpus), 1)
     for i in range(int(seconds / interval)):
         gpu_rows = {g: (int(131000 * noise[(i + g) % 997]), int(17 * noise[(i * 3 + g) % 997])) for g in range(gpus)}
         log.append(start + i * interval, gpu_rows, procs, COMPILED * noise[i % 997])

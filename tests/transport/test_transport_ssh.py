@@ -158,7 +158,7 @@ def test_launch_detach_status_logs_stop_share_one_login_through_gpuops_own_maste
         "launch: {session: conn-train, command: fake-train --mode steps --gpus 2 --steps 100000 --interval 0.2}\n"
         "watch: {stall_timeout: 0}\nabort: {grace: 2}\n"
     )
-    for i, command in enumerate((["launch", "--detach", "--yes"], ["status", "-v"], ["logs"], ["stop"])):
+    for command in (["launch", "--detach", "--yes"], ["status", "-v"], ["logs"], ["stop"]):
         result = gpuops(*command, "-i", str(inv), "-p", str(pb))
         assert result.returncode == 0, (command, result.stderr)
         assert sshd.connection_count() == 1, command  # the first command's ControlMaster serves the later ones
