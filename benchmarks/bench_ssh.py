@@ -11,7 +11,6 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from bench import FakeProxmox, SshServer  # noqa: E402

@@ -270,7 +270,7 @@ def print_table(rows: list[Row]) -> None:
             f"{med / bmed:.2f}" if bmed else "-", r.target, {True: "yes", False: "NO", None: "-"}[r.met],
         ])
     widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     print(line(head))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for cells in body:
