@@ -48,6 +48,8 @@ class GpuopsError(Exception):
     """Base of every error gpuops reports to a user: a message, an exit code, a hint."""
 
     exit_code = ExitCode.INTERNAL
+    target: str | None = None  # whose error it is, set where it leaves a target's flow (None: no one target's)
+    run: str | None = None  # the run it ended, where one had started
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gpuops.client.health_report import TargetHealth
 
 
-def run_health(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, window: float,
+def run_health(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, window: float | None,
                as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 

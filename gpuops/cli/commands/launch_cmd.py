@@ -24,9 +24,9 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
                report: Report = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
-        from gpuops.cli.flows.dry_run import dry_run
+        from gpuops.cli.flows.dry_run import dry_run as print_dry_run
 
-        return dry_run(inventory, playbook, targets, every, as_json)
+        return print_dry_run(inventory, playbook, targets, every, as_json)
     plays = load_plays(inventory, playbook, targets, every)
     from gpuops.cli.flows.job_flow import run_job
     from gpuops.client.nodes import is_job

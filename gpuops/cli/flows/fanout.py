@@ -278,7 +278,7 @@ def _worker_main(play: Play, work: Work, fd: int, parent: int) -> NoReturn:
         code = work(play, relay)
         relay.send(("done", code, _cost(play)))
     except GpuopsError as exc:
-        exc.target = getattr(exc, "target", None) or play.target.name
+        exc.target = exc.target or play.target.name
         relay.send(("error", _carry(exc), _cost(play)))
     except KeyboardInterrupt as exc:  # before or after the work's own handling: still one result
         code, name = code_of(exc), play.target.name

@@ -30,6 +30,7 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
     render = renderer(as_json, verbose, multi=True)
     first = plays[0].target.name
     nodes: list[Play] = []
+    started: Outcome | None = None
     try:
         gen = launch_job(plays, detach=detach, timeout=timeout)
         for item in gen:
@@ -37,14 +38,17 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
                 if detach:
                     render.outcome(item, first)
                     return item.exit_code
+                started = item
                 break
             render.event(item)
-        nodes = _node_plays(plays, item)
+        if started is None:  # launch_job's last item is its Outcome: a launch that ended without one is a bug
+            raise RuntimeError("the job's launch ended without its outcome")
+        nodes = _node_plays(plays, started)
     except GpuopsError as exc:
         from gpuops.cli.options import error_outcome
         from gpuops.cli.renderers.render import JsonRenderer
 
-        exc.target = getattr(exc, "target", None) or first
+        exc.target = exc.target or first
         if isinstance(render, JsonRenderer):  # --json
             render.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), exc.target)
             if render.held is not None:
@@ -52,7 +56,7 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
             return exc.exit_code
         raise
     left = None if deadline is None else max(1.0, deadline - time.monotonic())
-    return follow_job(nodes, item.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
+    return follow_job(nodes, started.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
 
 
 def _node_plays(plays: list[Play], started: Outcome) -> list[Play]:

@@ -354,7 +354,7 @@ def _suite(suite: Suite, command: str) -> tuple[Any, dict[str, int], float]:
     cases = list(suite.cases.values())
     counts = {"tests": len(cases), "failures": sum(c.status == "failure" for c in cases),
               "errors": sum(c.status == "error" for c in cases), "skipped": sum(c.status == "skipped" for c in cases)}
-    node = ET.Element("testsuite", name=clean(suite.target), **{k: str(v) for k, v in counts.items()},
+    node = ET.Element("testsuite", name=clean(suite.target), attrib={k: str(v) for k, v in counts.items()},
                       time=f"{seconds:.3f}", timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(suite.began)),
                       hostname=clean(suite.host or suite.target))
     props = ET.SubElement(node, "properties")
