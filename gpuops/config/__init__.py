@@ -33,7 +33,7 @@ def formats() -> Iterator[InventoryFormat]:
     import importlib
 
     for name in FORMATS:
-        yield importlib.import_module(name)  # type: ignore[misc]  (a module is the plugin)
+        yield importlib.import_module(name)  # a module is the plugin
 
 
 def load_inventory(path: str) -> Inventory:

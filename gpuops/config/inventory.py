@@ -233,7 +233,7 @@ def _check_gpus(target: Target, playbook: Playbook) -> None:
     available = set(target.gpus)
     for section, gpus, mark in (
         ("preflight", playbook.preflight.gpus, playbook.preflight.gpus_mark),
-        ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup and playbook.warmup.gpus_mark),
+        ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup.gpus_mark if playbook.warmup else None),
     ):
         for gpu in gpus:
             if gpu not in available:

@@ -10,7 +10,8 @@ import re
 from typing import Callable, Iterable
 from typing import Sequence as Seq
 
-from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence, describe
+from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence
+from gpuops.config.yamlpos import describe as describe  # s.describe, for every section reader
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
 

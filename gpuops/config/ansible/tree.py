@@ -181,7 +181,7 @@ def yaml11(text: str) -> Any:
     import yaml
 
     try:
-        tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+        tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
         node = yaml.ScalarNode(tag, text)
         return yaml.SafeLoader("").construct_object(node, deep=True)
     except Exception:  # any reading PyYAML cannot make is no second reading

@@ -137,6 +137,7 @@ def _read_url(node: Node, named: str, environ: Env[str, str], need_env: bool,
         secret = s.boolean(secret_node) if secret_node is not None else False
         url = _url(s.nonempty(value_node, noun), value_node.mark, named, shown=not secret)
         return url, secret, None
+    assert from_node is not None  # one of the two, said above
     secret = s.boolean(secret_node) if secret_node is not None else True  # a URL kept in the environment is a credential
     source = from_node.text if isinstance(from_node, Scalar) and s.IDENTIFIER.match(from_node.text) else None
     if source is None:
