@@ -87,7 +87,7 @@ def workdir(play: Play) -> str:
 
 def plain(value: Any) -> Any:
     """A config dataclass as JSON (None stays None)."""
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
 
 
 def _detectors(detectors: DetectorSettings) -> DetectorSettings:

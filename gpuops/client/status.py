@@ -125,22 +125,22 @@ def each_status(pool: Pool, inventory: Inventory, targets: list[Target],
         return
     import queue
 
-    done: queue.Queue = queue.Queue()
+    done: queue.Queue[TargetStatus | BaseException] = queue.Queue()
     slots = threading.BoundedSemaphore(MAX_PARALLEL)
 
     def probe(target: Target) -> None:
         with slots:
             try:
-                done.put((probe_target(pool, inventory, target, sessions), None))
+                done.put(probe_target(pool, inventory, target, sessions))
             except BaseException as exc:  # a bug: raised where the statuses are read
-                done.put((None, exc))
+                done.put(exc)
 
     for target in targets:
         threading.Thread(target=probe, args=(target,), name=f"gpuops-status-{target.name}", daemon=True).start()
     for _ in targets:
-        status, error = done.get()
-        if error is not None:
-            raise error
+        status = done.get()
+        if isinstance(status, BaseException):
+            raise status
         yield status
 
 

@@ -111,11 +111,11 @@ class Door:
         where gpuops' files are missing, copied and run again in one more. No probe when the container is down."""
         cmd = commands.probe(sessions, samples=True, python=False)
         container = self.transport.container
-        if container is not None:
-            run = container.run_with_state
-        else:
-            def run(cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
-                return self.transport.run(cmd, timeout=timeout, stdin=stdin), None
+
+        def run(cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
+            if container is not None:
+                return container.run_with_state(cmd, timeout=timeout, stdin=stdin)
+            return self.transport.run(cmd, timeout=timeout, stdin=stdin), None
         result, state = run(cmd, timeout=self.timeout)
         if needs_lib(result):
             result, state = run(with_install(cmd), timeout=max(self.timeout, 60.0), stdin=bundle().zip)

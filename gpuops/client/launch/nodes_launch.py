@@ -33,12 +33,13 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
     started: list[Play] = []
     run_id: str | None = None
     try:
-        probes = each(locks, lambda lock: lock.acquire())  # type: ignore[arg-type,return-value]
+        probes = each(locks, lambda lock: lock.acquire())
         failed = [(j, p) for j, p in zip(plays, probes, strict=True) if isinstance(p, BaseException)]
         if failed:
             raise _first(failed)
+        replies = [p for p in probes if not isinstance(p, BaseException)]  # every one, none failed
         healths = {}
-        for play, probe, xids in zip(plays, probes, soon, strict=True):
+        for play, probe, xids in zip(plays, replies, soon, strict=True):
             healths[play.target.name] = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         rdzv, how = endpoint(plays)

@@ -82,13 +82,13 @@ class LaunchLock:
             lost = self._channel.release()
             self._channel = None
             if lost and self.holder:
-                self._forget()
+                self._forget(self.holder)
 
-    def _forget(self) -> None:
+    def _forget(self, holder: str) -> None:
         """The lock holder there ended with our connection: take our name off its files, so the next
         launch does not report a launcher that died (best effort, through a new connection)."""
         try:
-            self.play.door.forget_lock(self.play.session, self.holder, self.play.run_gpus)
+            self.play.door.forget_lock(self.play.session, holder, self.play.run_gpus)
         except Exception:  # the host is gone too: the next launch says it recovered the lock
             pass
 
@@ -154,7 +154,7 @@ def evaluate(play: Play, probe: ProbeReply, xids: HostXids | None = None) -> Gen
         play.target.name,
         data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi,
               **({} if health is None else {"host_kernel_log": {"reader": health.xids.reply.reader if
-                                                                health.xids.readable else None,
+                                                                health.xids.reply and health.xids.readable else None,
                                                                 "why": None if health.xids.readable else health.xids.why}})},
     )
     return health

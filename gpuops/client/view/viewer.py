@@ -68,7 +68,7 @@ class Viewer:
         self.matcher: Any = None
         self.log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
         self.held: list[Any] = []  # our matches the watchdog has not reached yet
-        self.reported: set[tuple[str, int]] = set()  # (rule, offset) the watchdog reported
+        self.reported: set[tuple[str | None, int | None]] = set()  # (rule, offset) the watchdog reported
         self.shown: set[tuple[str, int]] = set()  # (rule, offset) we matched and showed ourselves
         self.wd_offset = -1
         self.standing_in = False  # True: the watchdog is gone and we apply the run's rules ourselves
