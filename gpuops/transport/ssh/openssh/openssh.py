@@ -42,7 +42,7 @@ class _Master:
         return None
 
 
-class OpenSshTransport(Connecting):
+class OpenSshTransport(Connecting[_Master]):
     """One SSH host, reached with the `ssh` binary at `ssh`; connected lazily, once, reused across commands."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, ssh: str, retry_time: float = 30.0,

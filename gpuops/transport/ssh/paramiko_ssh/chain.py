@@ -18,11 +18,13 @@ from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where
 class _Connection:
     """A connected SSHClient and the clients of its jump hosts (closed together)."""
 
-    def __init__(self, clients: list[Any]) -> None:
+    def __init__(self, clients: list[paramiko.SSHClient]) -> None:
         self.clients = clients  # jump hosts first, the target host last
 
     def transport(self) -> paramiko.Transport:
-        return self.clients[-1].get_transport()
+        transport = self.clients[-1].get_transport()
+        assert transport is not None  # the host's client connected (open)
+        return transport
 
     def is_active(self) -> bool:
         transport = self.clients[-1].get_transport()

@@ -8,7 +8,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Mapping
+from typing import Mapping
 
 from gpuops.command import Cmd
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
@@ -87,7 +87,7 @@ class SshStream:
         self._chan.close()
 
 
-class SshTransport(Connecting):
+class SshTransport(Connecting[_Connection]):
     """One SSH host through paramiko (where there is no `ssh` binary), connected lazily, once, and reused."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, retry_time: float = 30.0) -> None:
@@ -120,13 +120,14 @@ class SshTransport(Connecting):
             hint="check the address and port in the inventory, and that sshd is running",
         )
 
-    def _connect_once(self) -> Any:
+    def _connect_once(self) -> _Connection:
         return _Connection.open(self.host, self.hosts)
 
     def _transport(self) -> paramiko.Transport:
         self.connect()
-        if not self._conn.is_active():
+        if self._conn is None or not self._conn.is_active():
             self.reconnect()
+        assert self._conn is not None
         return self._conn.transport()
 
     # -- commands --------------------------------------------------------------------
