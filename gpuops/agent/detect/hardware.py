@@ -36,7 +36,9 @@ class Watched(Protocol):
     cfg: WatchConfig
     started: float
     quiet: Quiet
-    events: Events
+
+    @property
+    def events(self) -> Events: ...  # read only, so the watchdog's EventLog is one
 
 #: Seconds the end of a crashed or lost attempt waits for the host's follower to hand over an Xid (it reads the
 #: kernel log as it is written: a GPU that fell off the bus fails the training before the Xid is through).

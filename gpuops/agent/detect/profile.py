@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..wire import protocol as p
 from ..wire.detector_list import DetectorSettings
@@ -132,7 +132,7 @@ def _sha256(data: bytes) -> str:
 def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
     """The detector rules its watchdog reported as matches in the current attempt (events.jsonl; a detector's
     match carries figures)."""
-    found = set()
+    found: Set[str] = set()
     try:
         with open(os.path.join(run_dir, EVENTS), "rb") as fh:
             for raw in iter(lambda: fh.readline(1 << 20), b""):

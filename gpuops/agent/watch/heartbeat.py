@@ -51,7 +51,7 @@ class EventLog:
         self.listener = listener  # told of each event written (the notifier: agent/notify/outbox.py)
         self.reported: set = set()
         self.findings: set = set()  # (detector rule, gpu, its Xid or counter) reported
-        self.counts: Dict[str, int] = {}
+        self.counts: Dict[Optional[str], int] = {}  # a match's rule (None: unnamed)
         try:
             with open(self.path, "rb") as fh:
                 for raw in fh:

@@ -61,6 +61,7 @@ class LogFile:
 
     # -- what happened to the file -----------------------------------------------------------
     def _open(self) -> Optional[str]:
+        fh: Optional[BinaryIO]
         try:
             fh = open(self.path, "rb")
         except OSError:

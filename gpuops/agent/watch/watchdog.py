@@ -353,8 +353,12 @@ def main(argv: list) -> int:
         append_event(d, event, **data)
         notifier.saw(event, data)
 
+    def beat(rec: Dict[str, Any]) -> None:
+        if restarts.heartbeat(d, rec):  # it beat: the supervisor is pulsed (a wait is no freeze)
+            pulse.beat()
+
     while True:
-        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(), say)
+        ready = restarts.carry_out(d, cfg, beat, say)
         wd = Watchdog(d, cfg, notifier)
         if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
             wd.finish()
