@@ -100,8 +100,8 @@ def child(rounds: int, calls: int, device: str) -> dict:
     for t in threads:
         t.join()
     return {"torch": torch.__version__, "device": device, "bare_us": b, "guarded_us": g,
-            "overhead_us": [gi - bi for gi, bi in zip(g, b)], "threads3_us": per_thread,
-            "nothing_us": n, "guard_alone_us": [ai - ni for ai, ni in zip(a, n)]}
+            "overhead_us": [gi - bi for gi, bi in zip(g, b, strict=True)], "threads3_us": per_thread,
+            "nothing_us": n, "guard_alone_us": [ai - ni for ai, ni in zip(a, n, strict=True)]}
 
 
 def measure(which: str, device: str, rounds: int, calls: int) -> dict:
@@ -131,7 +131,7 @@ def bench_compile_guard(args: Any) -> list:
     best = min(data["guarded_us"]) - min(data["bare_us"])
     alone = statistics.median(data["guard_alone_us"])
     return [Row("compile guard: its own work per call (around a function that does nothing, cpu tensor)",
-                [v + n for v, n in zip(data["guard_alone_us"], data["nothing_us"])], unit="us",
+                [v + n for v, n in zip(data["guard_alone_us"], data["nothing_us"], strict=True)], unit="us",
                 baseline_name="that function bare", baseline=data["nothing_us"], target=f"< {TARGET_US:g} us",
                 met=alone < TARGET_US, note=f"{alone:.2f} us per call (median of {len(data['guard_alone_us'])} paired rounds)"),
             Row(f"compile guard: cached call of a compiled `x + 1` (8 floats, cpu, torch {data['torch']})",

@@ -22,22 +22,22 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 import yaml
-
-from benchkit import GPUOPS, ROOT, Row, Site, wait_for
-from faults_agent import AGENT_FAULTS
-from faults_restart import RESTART_FAULTS
-from faults_35_local import LOCAL_FAULTS
-from faults_35_report import REPORT_FAULTS
-from faults_35_stacks import STACKS_FAULTS
-from faults_35_joblink import JOBLINK_FAULTS
-from faults_35_notify import NOTIFY_FAULTS
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
+from benchkit import GPUOPS, ROOT, Row, Site, wait_for
+from faults_35_joblink import JOBLINK_FAULTS
+from faults_35_local import LOCAL_FAULTS
+from faults_35_notify import NOTIFY_FAULTS
+from faults_35_report import REPORT_FAULTS
+from faults_35_stacks import STACKS_FAULTS
+from faults_agent import AGENT_FAULTS
+from faults_restart import RESTART_FAULTS
+
 from gpuops.agent.detect.detectors import Baseline, Detectors
-from gpuops.agent.run.history import runs as history
 from gpuops.agent.detect.profile import keep_profile, pick_baseline, run_digest
 from gpuops.agent.detect.telemetry import TelemetryLog
+from gpuops.agent.run.history import runs as history
 from gpuops.agent.wire.watchfile import detectors
 
 Result = Tuple[str, bool]

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchkit import Row, Site, children, cpu_times, run_seconds, wait_for
 from bench.watchdog import events, heartbeat, wait_watching
+from benchkit import Row, Site, children, cpu_times, run_seconds, wait_for
 
 STAMPER = ("python3 -u -c \"import time\nfor i in range(LINES):\n    time.sleep(0.3)\n"
            "    print('bench-mark %.6f' % time.time())\ntime.sleep(600)\"")
@@ -60,7 +60,7 @@ def bench_wd_idle(args: Any) -> list[Row]:
         site.close()
     if wd0 is None or wd1 is None or tail0 is None or tail1 is None:
         raise RuntimeError("the watchdog or tail -F ended during the measurement")
-    own, reaped, loops = (100 * (b - a) / wall for a, b in zip(wd0, wd1))
+    own, reaped, loops = (100 * (b - a) / wall for a, b in zip(wd0, wd1, strict=True))
     wd = own + reaped + loops
     base = 100 * (tail1 - tail0) / wall
     return [Row(f"watchdog CPU idle, 1 line/s, 8 GPUs sampled every 2 s, with its tools ({wall:.0f} s)", [wd], unit="%",
@@ -85,7 +85,7 @@ def bench_wd_idle_metrics(args: Any) -> list[Row]:
             pbs[ct] = site.playbook(f"idle{ct}", cmd, ct=ct, gpus=tuple(range(8)), watch=watch)
             d = site.run_dir(site.launch_detached(pbs[ct]), ct)
             pids[ct] = wait_watching(d)
-            wait_for(lambda: len(children(pids[ct])) >= 2, 30, f"CT {ct}'s two nvidia-smi loops")
+            wait_for(lambda ct=ct: len(children(pids[ct])) >= 2, 30, f"CT {ct}'s two nvidia-smi loops")
         wait_for(lambda: any(folder.glob("gpuops-*.prom")), 30, "the run's textfile")
         time.sleep(3)  # past the start-up
         t0, before = time.time(), {ct: _tree_cpu(pid) for ct, pid in pids.items()}
@@ -99,7 +99,7 @@ def bench_wd_idle_metrics(args: Any) -> list[Row]:
         site.close()
     if any(v is None for v in (*before.values(), *after.values())):
         raise RuntimeError("a watchdog ended during the measurement")
-    cpu = {ct: sum(100 * (b - a) / wall for a, b in zip(before[ct], after[ct])) for ct in pids}  # type: ignore[arg-type]
+    cpu = {ct: sum(100 * (b - a) / wall for a, b in zip(before[ct], after[ct], strict=True)) for ct in pids}  # type: ignore[arg-type]
     return [Row(f"watchdog CPU idle with watch.metrics.textfile, 1 line/s, 8 GPUs sampled every 2 s ({wall:.0f} s)",
                 [cpu[200]], unit="%", baseline_name="the same run without metrics, same seconds", baseline=[cpu[201]],
                 target="<= 0.25% of one core", met=cpu[200] <= 0.25,
@@ -125,8 +125,8 @@ def bench_wd_latency(args: Any) -> list[Row]:
         for ct in (200, 201):
             pb = site.playbook(f"lat{ct}", cmd, ct=ct, gpus=(), rules=rules)
             runs[ct] = (pb, site.run_dir(site.launch_detached(pb), ct))
-        for ct, (pb, d) in runs.items():
-            wait_for(lambda: len(_latencies(d)) >= LINES, 60, f"the {LINES} matches in CT {ct}", interval=0.2)
+        for ct, (_, d) in runs.items():
+            wait_for(lambda d=d: len(_latencies(d)) >= LINES, 60, f"the {LINES} matches in CT {ct}", interval=0.2)
         ino, poll = _latencies(runs[200][1]), _latencies(runs[201][1])
         modes = (heartbeat(runs[200][1]).get("wait"), heartbeat(runs[201][1]).get("wait"))
         for pb, _ in runs.values():
@@ -146,8 +146,8 @@ def bench_first_contact(args: Any) -> list[Row]:
     import shlex
     import sys
 
-    from benchkit import GPUOPS, ROOT, servers, stop
     from bench.inventory import write_inventory
+    from benchkit import GPUOPS, ROOT, servers, stop
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
     pairs = servers(1, (200,))

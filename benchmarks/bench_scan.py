@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuops.client.view import accel  # noqa: E402
 from gpuops.agent.wire.signatures.matcher import Matcher, builtin_rules, regex_rule  # noqa: E402
+from gpuops.client.view import accel  # noqa: E402
 
 MIB = 1 << 20
 

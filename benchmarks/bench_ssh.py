@@ -11,12 +11,13 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from benchkit import GPUOPS, Row, servers as _servers, stop as _stop, timed
 from bench import FakeProxmox, SshServer  # noqa: E402
 from bench.inventory import write_inventory  # noqa: E402
+from benchkit import GPUOPS, Row, timed
+from benchkit import servers as _servers
+from benchkit import stop as _stop
 
 QUERY = "nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits"
 

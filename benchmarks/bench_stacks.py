@@ -10,6 +10,7 @@ would) writes each step's monotonic time; its stacks are taken TAKES times throu
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import statistics
@@ -41,7 +42,7 @@ training_loop()
 
 def intervals(path: Path, start: float, end: float) -> list[float]:
     stamps = [float(x) for x in path.read_text().split()]
-    return [b - a for a, b in zip(stamps, stamps[1:]) if start <= b <= end + 0.5]
+    return [b - a for a, b in itertools.pairwise(stamps) if start <= b <= end + 0.5]
 
 
 def measure(via: str) -> tuple[float, float, float]:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchkit import GPUOPS, Row, Site, wait_for
 from bench.watchdog import events, heartbeat, remove_watchdog, wait_watching
+from benchkit import GPUOPS, Row, Site, wait_for
 
 FX = b"Detected that you are using FX to symbolically trace"
 

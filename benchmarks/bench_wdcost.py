@@ -7,6 +7,7 @@ from /proc/<pid>/stat (utime + stime), its memory from /proc/<pid>/status (VmRSS
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -17,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchkit import Row, Site, children, cpu_times, rss_mib, wait_for
 from bench.watchdog import heartbeat, wait_watching
 from bench_scan import GREP_PATTERNS
+from benchkit import Row, Site, children, cpu_times, rss_mib, wait_for
+
 from gpuops.agent.detect.telemetry import TelemetryLog
 
 RATE = 20_000_000
@@ -169,7 +171,7 @@ def bench_telemetry(args: Any) -> list[Row]:
     finally:
         site.close()
     sizes, took = simulate(args.days)
-    growth = [b - a for a, b in zip(sizes, sizes[1:])]
+    growth = [b - a for a, b in itertools.pairwise(sizes)]
     return [
         Row(f"watchdog CPU, idle-logging run, 8 GPUs sampled every 2 s ({cpu['wall']:.0f} s)", [100 * cpu["wd8"]], unit="%",
             baseline_name="the same run, no GPUs sampled", baseline=[100 * cpu["wd0"]], target="<= 1% of one core",

@@ -12,8 +12,9 @@ from typing import Callable, List, Tuple
 import test_nodes_bench as nb  # tests/ and its areas are on sys.path through benchkit
 from bench import FakeProxmox
 from faults_agent import on_bench
-from gpuops.agent.wire import jobwire
 from test_watch import Ct
+
+from gpuops.agent.wire import jobwire
 
 Result = Tuple[str, bool]
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
 import pytest
-
 import test_localfiles as lf  # tests/ and its areas are on sys.path through benchkit
 import test_nodes as tn
 import test_openssh as to

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 import pytest
-
 import test_notify as tn  # tests/ and its areas are on sys.path through benchkit
 import test_notify_units as tu
 import test_restart as tr

@@ -29,16 +29,18 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from benchkit import GPUOPS, ROOT, Row, pct, servers as _servers, stop as _stop, timed
+from bench import FakeProxmox, SshServer  # noqa: E402
+from bench.inventory import write_inventory  # noqa: E402
 from bench_compile_guard import bench_compile_guard
 from bench_faults import bench_faults
 from bench_guard import bench_guard
 from bench_idle import bench_first_contact, bench_wd_idle, bench_wd_idle_metrics, bench_wd_latency
 from bench_ssh import bench_status
-from bench_wdcost import bench_telemetry, bench_wd_cpu
 from bench_watchdog import bench_wd_abort, bench_wd_abort_metrics, bench_wd_kill
-from bench import FakeProxmox, SshServer  # noqa: E402
-from bench.inventory import write_inventory  # noqa: E402
+from bench_wdcost import bench_telemetry, bench_wd_cpu
+from benchkit import GPUOPS, ROOT, Row, pct, timed
+from benchkit import servers as _servers
+from benchkit import stop as _stop
 
 PY = sys.executable
 VENV = ROOT / "benchmarks" / "out" / "venv"
@@ -268,7 +270,7 @@ def print_table(rows: list[Row]) -> None:
             f"{med / bmed:.2f}" if bmed else "-", r.target, {True: "yes", False: "NO", None: "-"}[r.met],
         ])
     widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     print(line(head))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for cells in body:

@@ -8,7 +8,6 @@ from typing import Iterable
 from gpuops.agent.wire.exits import ExitCode  # noqa: F401  (the contract's codes, defined once in the wire)
 from gpuops.position import Mark
 
-
 #: Worst first (README, "Several targets"). An interrupted command (SIGTERM, Ctrl-C, a closed stdout)
 #: did not finish: that wins. Then a bug; then what the runs found, a GPU that failed first (10: the
 #: hardware), then the furthest step first (a rule fired, a stall, training failed, warmup, preflight); then reaching the target (3) and the
@@ -49,6 +48,8 @@ class GpuopsError(Exception):
     """Base of every error gpuops reports to a user: a message, an exit code, a hint."""
 
     exit_code = ExitCode.INTERNAL
+    target: str | None = None  # whose error it is, set where it leaves a target's flow (None: no one target's)
+    run: str | None = None  # the run it ended, where one had started
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

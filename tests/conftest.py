@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bench import TEST_AREAS, FakeProxmox, LocalEnv, SshServer, write_inventory
 from bench.cli import CtCli
 from bench.fakes import make_root

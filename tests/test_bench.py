@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from bench import BIN_DIR, BENCH_PATH, FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import BENCH_PATH, BIN_DIR, FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
 from bench.gpus import FIRST_UUID
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until
 from bench.inventory import host_entry
 from test_junit import check_shape
@@ -196,7 +195,7 @@ def run_github(bench: Bench, ws: Path, *, inputs: dict[str, str], secrets: dict[
         assert "${{" not in step["run"], f"step {step['name']!r}: expressions go in env:, the script stays plain shell"
         script = temp / f"step-{number}.sh"
         script.write_text(step["run"])
-        extra = [line for line in files["GITHUB_PATH"].read_text().splitlines()] if files["GITHUB_PATH"].exists() else []
+        extra = files["GITHUB_PATH"].read_text().splitlines() if files["GITHUB_PATH"].exists() else []
         step_env = {**env, **github_env_file(files["GITHUB_ENV"]),
                     **{k: expression(v, ctx) for k, v in step.get("env", {}).items()}}  # fmt: skip
         step_env["PATH"] = ":".join([*reversed(extra), env["PATH"]])

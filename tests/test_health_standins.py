@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from bench import BIN_DIR, FakeGpus
 from bench.kmsg import KernelLog
 
@@ -53,8 +52,8 @@ def test_the_stand_in_answers_each_recorded_health_query_in_the_real_drivers_for
     if "noheader" not in " ".join(argv):
         assert got[0] == real[0]  # the header, names the query spells otherwise included (retired_pages.sbe)
         real, got = real[1:], got[1:]
-    for real_row, row in zip(real, got):
-        pairs = list(zip(fields, real_row.split(", "), row.split(", ")))
+    for real_row, row in zip(real, got, strict=True):
+        pairs = list(zip(fields, real_row.split(", "), row.split(", "), strict=True))
         assert [(f, shape(r)) for f, r, _ in pairs if f not in IDENTITY] == [
             (f, shape(g)) for f, _, g in pairs if f not in IDENTITY]
 

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from bench import FakeProxmox, SshServer, write_inventory
 from bench.cli import CtCli, gpuops
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 SESSION = "hostile"
 # Records what a command got: its arguments, one env variable and its working directory (as bytes,

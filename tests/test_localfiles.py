@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from click.testing import CliRunner
-
 from bench import FakeProxmox, SshServer, write_inventory
 from bench.cli import gpuops
 from bench.users import OtherUser, UsersUnavailable, shared_folder
+from click.testing import CliRunner
+
 from gpuops.localfiles import UnsafeFolder, private_folder
 from gpuops.transport.ssh.openssh import argv as sshargv
 

@@ -12,11 +12,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 #: What the test files read from the repository beside the package (playbooks/, inventories/, docs/ci/ ...).

@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
+import yaml
 from bench import wait_until
 from bench.watchdog import remove_watchdog
-import yaml
-
 from test_launch import Lab, base_playbook, gpuops, lab, merged  # noqa: F401 (lab: the fixture)
 from test_watch import SESSION, Ct, trainer
 
@@ -154,7 +152,7 @@ def test_two_playbooks_on_the_same_gpus_one_runs_the_other_exits_4(lab: Lab) -> 
     starts = [gpu for event, gpu, _ in lab.warmups() if event == "start"]
     assert sorted(starts) == [5, 6, 7]  # each GPU warmed once: no overlapping warmups
     # While the winner's run lives, its GPUs stay its own, whatever the playbook.
-    winner = next(pb for pb, (code, _) in zip(books, results) if code == 0)
+    winner = next(pb for pb, (code, _) in zip(books, results, strict=True) if code == 0)
     other = books[1] if winner == books[0] else books[0]
     again = lab.launch(other)
     assert again.returncode == 4 and "belongs to another run" in again.stderr, again.stderr

@@ -108,7 +108,7 @@ def test_a_warmup_that_echoes_its_env_shows_stars_and_got_the_real_values(ct: Ct
     printed = (ct.run_dir() / "warmup-5.log").read_text()
     assert printed == "".join(f"<{value}>\n" for _, value in SECRETS.values()) + f"<{PLAIN[1]}>\n"
     meta = json.loads(ct.records()["meta.json"])
-    assert meta["env"] == {**{name: "***" for name in SECRETS}, PLAIN[0]: PLAIN[1]}
+    assert meta["env"] == {**dict.fromkeys(SECRETS, "***"), PLAIN[0]: PLAIN[1]}
     assert leaks(ct.records()["meta.json"]) == []
 
 

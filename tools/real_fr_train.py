@@ -3,8 +3,17 @@ A helper thread of each rank dumps its Flight Recorder 8 s in (while the main th
 and sends the process SIGUSR1, to see whether a Python signal handler runs meanwhile. ARGV[1]: where the dumps go.
 Run by tools/real_health.py."""
 
-import os, signal, sys, threading, time, json, datetime
-import torch, torch.distributed as dist
+import datetime
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
 out = sys.argv[1]
 rank = int(os.environ["RANK"])
 seen = {"signal": False}

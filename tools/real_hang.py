@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 import yaml
-
 from bench import FakeProxmox, wait_until
 from real_h200 import PY
 

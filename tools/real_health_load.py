@@ -1,6 +1,10 @@
 """A bf16 matmul loop on cuda:0 for ARGV[1] seconds: the load tools/real_health.py samples under."""
 
-import sys, time, torch
+import sys
+import time
+
+import torch
+
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 end = time.time() + float(sys.argv[1])
 n = 0

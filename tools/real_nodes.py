@@ -29,10 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tools"))
 
+import yaml  # noqa: E402
 from bench import FakeProxmox, SshServer, wait_until, write_inventory  # noqa: E402
 from real_h200 import PY, container_path, passed_env  # noqa: E402
-
-import yaml  # noqa: E402
 
 SESSION = "nodes"
 

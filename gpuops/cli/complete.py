@@ -80,8 +80,8 @@ def _read_run_ids(ctx: click.Context, found: list[dict[str, Any]]) -> None:
     """Connect once (no retries), read the history; anything that goes wrong completes nothing, silently.
     The target is the one `logs` itself would pick (client/selection.py): the first -t, else the playbook's."""
     try:
-        from gpuops.client.selection import select_targets
         from gpuops.client.door import Door
+        from gpuops.client.selection import select_targets
         from gpuops.transport import Pool
 
         sel = select_targets(_path(ctx, "inventory", "GPUOPS_INVENTORY"), _path(ctx, "playbook", "GPUOPS_PLAYBOOK"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -25,15 +26,16 @@ report_option = click.option("--report", "html", metavar="FILE", shell_complete=
 class Gpuops(click.Group):
     """The command group; click's own errors (usage) come in gpuops' one style: `gpuops: error: ...` + a hint."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         import sys
 
         from gpuops.cli.renderers.errors_view import show_click_error
 
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
             if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # bare `gpuops`: the help
                 exc.show()
@@ -77,8 +79,9 @@ def main(quiet: bool) -> None:
 @junit_option
 @report_option
 @boundary
-def launch(inventory, playbook, targets, every, detach, dry_run, yes, timeout, stop_on_exit, junit, html, as_json,
-           verbose) -> int:
+def launch(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, detach: bool, dry_run: bool, yes: bool,
+           timeout: float | None, stop_on_exit: bool, junit: str | None, html: str | None, as_json: bool,
+           verbose: bool) -> int:
     """Preflight, warm up GPU by GPU, start in tmux, then follow and abort on a fatal signature or a stall."""
     from gpuops.cli.commands.launch_cmd import run_launch
     from gpuops.cli.reports.both import Reports
@@ -107,7 +110,8 @@ def _one(targets: tuple[str, ...]) -> str | None:
 @click.option("--watch", "refresh_every", type=Seconds(), is_flag=False, flag_value=2.0, default=None,
               help="Refresh in place every N seconds (default 2).")
 @boundary
-def status(inventory, playbook, targets, every, refresh_every, as_json, verbose) -> int:
+def status(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, refresh_every: float | None,
+           as_json: bool, verbose: bool) -> int:
     """Reachability, container state, GPUs (memory over the last minutes), tmux session, current run and its
     watchdog of each target."""
     from gpuops.cli.commands.status_cmd import run_status
@@ -121,7 +125,7 @@ def status(inventory, playbook, targets, every, refresh_every, as_json, verbose)
 @all_option
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs per target.")
 @boundary
-def runs(inventory, playbook, targets, every, limit, as_json) -> int:
+def runs(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, limit: int, as_json: bool) -> int:
     """The run history of each target, newest first: outcome, exit code, rule, warmup, steady throughput and GPU
     memory (with -p: that playbook's runs only)."""
     from gpuops.cli.commands.runs_cmd import run_runs
@@ -133,7 +137,7 @@ def runs(inventory, playbook, targets, every, limit, as_json) -> int:
 @common_options(verbose=False)
 @all_option
 @boundary
-def metrics(inventory, playbook, targets, every, as_json) -> int:
+def metrics(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
     """The Prometheus exposition of every run of the targets that goes on or ended within its keep_ended, for a
     script exporter or a cron job (with -p: that playbook's runs; --json: one object per run)."""
     from gpuops.cli.commands.metrics_cmd import run_metrics
@@ -156,8 +160,9 @@ def metrics(inventory, playbook, targets, every, as_json) -> int:
 @junit_option
 @report_option
 @boundary
-def logs(inventory, playbook, targets, every, run_arg, run_id, follow, tail, no_abort, timeout, stacks, junit, html,
-         as_json, verbose) -> int:
+def logs(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, run_arg: str | None, run_id: str | None,
+         follow: bool, tail: int | None, no_abort: bool, timeout: float | None, stacks: bool, junit: str | None,
+         html: str | None, as_json: bool, verbose: bool) -> int:
     """Print the current run's log (or run RUN's) as it is; --follow streams it and watches it."""
     from gpuops.cli.commands.logs_cmd import run_logs
     from gpuops.cli.reports.both import Reports
@@ -196,7 +201,8 @@ def _run_given(arg: str | None, option: str | None) -> str | None:
               help="Seconds of the host's kernel log to read for Xids (default: the playbook's preflight.xid_window, "
               "else 3600).")
 @boundary
-def health(inventory, playbook, targets, every, window, as_json) -> int:
+def health(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, window: float | None,
+           as_json: bool) -> int:
     """Each GPU's health: ECC and row-remap counters, slowdown reasons, PCIe link, temperatures, the host's recent
     Xids, and a verdict (ok, warn, needs reset, needs service); exit 10 when a GPU needs a reset or service."""
     from gpuops.cli.commands.health_cmd import run_health
@@ -209,7 +215,8 @@ def health(inventory, playbook, targets, every, window, as_json) -> int:
 @all_option
 @click.argument("run_id", metavar="[RUN]", required=False, shell_complete=complete.run_ids)
 @boundary
-def stacks(inventory, playbook, targets, every, run_id, as_json, verbose) -> int:
+def stacks(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, run_id: str | None, as_json: bool,
+           verbose: bool) -> int:
     """Every thread's stack of each Python process of the live run, now (py-spy or faulthandler); the run goes
     on. RUN: the current run's id, checked."""
     from gpuops.cli.commands.stacks_cmd import run_stacks
@@ -222,7 +229,7 @@ def stacks(inventory, playbook, targets, every, run_id, as_json, verbose) -> int
 @common_options()
 @all_option
 @boundary
-def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
+def stop(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool, verbose: bool) -> int:
     """Abort the current run (signal, grace, kill the session and its processes); exit 0 once none is alive."""
     from gpuops.cli.commands.stop_cmd import run_stop
 
@@ -232,7 +239,8 @@ def stop(inventory, playbook, targets, every, as_json, verbose) -> int:
 @main.command("notify-test", epilog=SEVERAL)
 @common_options()
 @boundary
-def notify_test(inventory, playbook, targets, as_json, verbose) -> int:
+def notify_test(inventory: str | None, playbook: str | None, targets: tuple[str, ...], as_json: bool,
+                verbose: bool) -> int:
     """Send a test notification through every `notify:` channel of the playbook, from the target; print what each
     answered (exit 9 when any failed)."""
     from gpuops.cli.commands.notify_cmd import run_notify_test
@@ -243,7 +251,7 @@ def notify_test(inventory, playbook, targets, as_json, verbose) -> int:
 @main.command()
 @common_options(several=False, verbose=False)
 @boundary
-def validate(inventory, playbook, target, as_json) -> int:
+def validate(inventory: str | None, playbook: str | None, target: str | None, as_json: bool) -> int:
     """Check inventory and playbook files; exit 2 with FILE:LINE:COL on a bad one."""
     from gpuops.cli.commands.validate_cmd import run_validate
 
@@ -256,7 +264,8 @@ def validate(inventory, playbook, target, as_json) -> int:
 @click.option("-o", "--output", metavar="FILE", shell_complete=complete.files,
               help="Where to write it (default: gpuops-report-RUN.html here).")
 @boundary
-def report(inventory, playbook, target, run_id, output, as_json, verbose) -> int:
+def report(inventory: str | None, playbook: str | None, target: str | None, run_id: str | None, output: str | None,
+           as_json: bool, verbose: bool) -> int:
     """Write a run's report (default: the session's current run): one self-contained HTML file with its summary
     and plots of throughput, GPU memory and utilisation over its time, marked with warmups, matches, aborts, restarts."""
     from gpuops.cli.commands.report_cmd import run_report

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:  # click 8.3 made ParamType generic in the value it makes; older clicks (>= 8.1) cannot subscript it
+    _FloatParam = click.ParamType[float]
+else:
+    _FloatParam = click.ParamType
 
-class Seconds(click.ParamType):
+
+class Seconds(_FloatParam):
     """A positive, finite number of seconds: click's float takes 'nan' and 'inf', which never fire."""
 
     name = "seconds"

@@ -111,7 +111,7 @@ def lost_indexes(reading: HealthReading) -> list[tuple[int | None, LostGpu]]:
     lost = sorted(reading.lost, key=lambda x: bus_key(x.bus_id or "") or "")
     if len(missing) != len(lost):
         return [(None, x) for x in lost]
-    return list(zip(missing, lost))
+    return list(zip(missing, lost, strict=True))
 
 
 def verdicts(reading: HealthReading, xids: HostXids) -> Health:

@@ -15,13 +15,16 @@ import queue
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+from gpuops.client.events import Event, Outcome
+from gpuops.client.play import Play
 from gpuops.command import Cmd, Raw
 from gpuops.config.playbook_model import EnvVar, Playbook
 from gpuops.errors import ConfigError, ExitCode, GpuopsError, RemoteError
-from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: What a node's command reads for its rendezvous id: the run id on attempt 1, <run>-a<N> on attempt N.
 RDZV_ID_VAR = "GPUOPS_RDZV_ID"
@@ -68,7 +71,7 @@ def check_nodes(plays: list[Play]) -> None:
     if not plays:
         return
     pb, inv = plays[0].playbook, plays[0].inventory
-    for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes)):
+    for name, mark in zip(pb.launch.nodes, pb.launch.node_marks or (None,) * len(pb.launch.nodes), strict=True):
         if name not in inv.targets:
             from gpuops.config.schema import suggest
 
@@ -211,22 +214,22 @@ def side_by_side(groups: list[Any], work: Callable[[Any], Iterator[Event]]) -> I
         raise next((e for e in errors if not isinstance(e, GpuopsError)), errors[0])
 
 
-def each(plays: list[Play], fn: Callable[[Play], Any]) -> list[Any]:
-    """fn(play) for every node at once; the results in node order (an exception stands as the result)."""
-    out: list[Any] = [None] * len(plays)
+def each(items: Sequence[T], fn: Callable[[T], R]) -> list[R | BaseException]:
+    """fn(item) for every node's item at once; the results in node order (an exception stands as the result)."""
+    out: dict[int, R | BaseException] = {}
 
     def one(i: int) -> None:
         try:
-            out[i] = fn(plays[i])
+            out[i] = fn(items[i])
         except BaseException as exc:  # noqa: BLE001 - returned, the caller decides
             out[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(plays))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(items))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return out
+    return [out[i] for i in range(len(items))]
 
 
 # -- the job's one outcome, from its nodes' records ---------------------------------------------------------
@@ -262,7 +265,7 @@ def first_failing(ends: list[NodeEnd]) -> NodeEnd | None:
             return by_name[named]
     own = [e for e in ends if e.abort is not None and e.abort.get("reason") != "job"]
     if own:
-        return min(own, key=lambda e: str(e.abort.get("time") or ""))
+        return min(own, key=lambda e: str((e.abort or {}).get("time") or ""))
     failed = [e for e in ends if e.exit_code not in (None, ExitCode.OK)]
     return failed[0] if failed else None
 
@@ -271,7 +274,7 @@ def job_outcome(run_id: str, ends: list[NodeEnd]) -> Outcome:
     """The job's summary: the first failing node's code, and that node named."""
     first = first_failing(ends)
     nodes = [{"node": e.name, "node_rank": e.rank, "outcome": e.outcome, "exit_code": e.exit_code} for e in ends]
-    data = {"run": run_id, "job": run_id, "nodes": nodes}
+    data: dict[str, Any] = {"run": run_id, "job": run_id, "nodes": nodes}
     each_said = ", ".join(f"{e.name} {e.outcome} (exit {e.exit_code})" for e in ends)
     if first is None:
         return Outcome("succeeded", ExitCode.OK, f"job {run_id}: every node succeeded: {each_said}", data)

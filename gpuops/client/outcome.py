@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuops.errors import ExitCode
-from gpuops.client.events import Outcome
-from gpuops.client.play import Play
 from gpuops.agent.wire.records import outcome as record_outcome
 from gpuops.agent.wire.verdict import record_view, record_words
+from gpuops.client.events import Outcome
+from gpuops.client.play import Play
+from gpuops.errors import ExitCode
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _SIGNALS = {129: "SIGHUP: its tmux session was killed", 130: "SIGINT", 137: "SIGKILL", 139: "SIGSEGV", 143: "SIGTERM"}

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from gpuops.targets import Inventory, Target
-from gpuops.config.playbook_model import Playbook
 from gpuops.agent.wire.masking import Masker
 from gpuops.client.door import Door
+from gpuops.config.playbook_model import Playbook
+from gpuops.targets import Inventory, Target
 from gpuops.transport.base import Transport
 
 

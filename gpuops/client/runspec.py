@@ -13,9 +13,9 @@ from typing import Any
 
 from gpuops.agent.wire import watchfile
 from gpuops.agent.wire.detector_list import DetectorSettings
-from gpuops.command import Secret, Script, export
-from gpuops.client.play import Play, holder_id
 from gpuops.client.door.commands import dumps
+from gpuops.client.play import Play, holder_id
+from gpuops.command import Script, Secret, export
 
 
 def meta(play: Play, run_id: str, phase: str, **extra: Any) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def workdir(play: Play) -> str:
 
 def plain(value: Any) -> Any:
     """A config dataclass as JSON (None stays None)."""
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
 
 
 def _detectors(detectors: DetectorSettings) -> DetectorSettings:

@@ -11,8 +11,8 @@ from gpuops.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuops.client.play import Play
-    from gpuops.targets import Inventory, Target
     from gpuops.config.playbook_model import Playbook
+    from gpuops.targets import Inventory, Target
 
 
 @dataclass
@@ -70,7 +70,7 @@ def node_targets(inv: Inventory, pb: Playbook) -> list[Target]:
     from gpuops.errors import ConfigError
 
     marks = pb.launch.node_marks or (None,) * len(pb.launch.nodes)
-    for name, mark in zip(pb.launch.nodes, marks):
+    for name, mark in zip(pb.launch.nodes, marks, strict=True):
         if name not in inv.targets and name not in inv.broken:
             raise ConfigError(mark, f"launch.nodes names '{name}', which is not a target of {inv.path} "
                               f"(targets: {', '.join(inv.targets) or 'none'}){s.suggest(name, inv.targets)}", file=pb.path)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
-import threading
 from typing import Any, Iterator
 
-from gpuops.client.door import Door
 from gpuops.agent.wire.marks import ProbeReply
-from gpuops.targets import Inventory, Target
+from gpuops.client.door import Door
 from gpuops.errors import GpuopsError
+from gpuops.targets import Inventory, Target
 from gpuops.transport import Pool
 
 MAX_PARALLEL = 8
@@ -70,8 +70,8 @@ def memory_history(probe: ProbeReply) -> dict[int, tuple[list[int | None], float
         run = s.run
         if run is None or not run.samples_text or not s.alive:
             continue
-        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
         from gpuops.agent.wire.detector_list import by_key
+        from gpuops.agent.wire.samples import parse_lines  # only where a live run has samples
 
         samples = parse_lines(run.samples_text)
         if samples:
@@ -125,22 +125,22 @@ def each_status(pool: Pool, inventory: Inventory, targets: list[Target],
         return
     import queue
 
-    done: queue.Queue = queue.Queue()
+    done: queue.Queue[TargetStatus | BaseException] = queue.Queue()
     slots = threading.BoundedSemaphore(MAX_PARALLEL)
 
     def probe(target: Target) -> None:
         with slots:
             try:
-                done.put((probe_target(pool, inventory, target, sessions), None))
+                done.put(probe_target(pool, inventory, target, sessions))
             except BaseException as exc:  # a bug: raised where the statuses are read
-                done.put((None, exc))
+                done.put(exc)
 
     for target in targets:
         threading.Thread(target=probe, args=(target,), name=f"gpuops-status-{target.name}", daemon=True).start()
     for _ in targets:
-        status, error = done.get()
-        if error is not None:
-            raise error
+        status = done.get()
+        if isinstance(status, BaseException):
+            raise status
         yield status
 
 

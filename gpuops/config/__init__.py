@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from gpuops.config.inventory import resolve_target
-from gpuops.targets import Host, Inventory, Target
 from gpuops.config.source import Source
+from gpuops.targets import Host, Inventory, Target
 
 if TYPE_CHECKING:  # the playbook's model is imported where a playbook is read
     from gpuops.config.playbook_model import Playbook
@@ -33,7 +33,7 @@ def formats() -> Iterator[InventoryFormat]:
     import importlib
 
     for name in FORMATS:
-        yield importlib.import_module(name)  # type: ignore[misc]  (a module is the plugin)
+        yield importlib.import_module(name)  # a module is the plugin
 
 
 def load_inventory(path: str) -> Inventory:

@@ -8,11 +8,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Iterable
 
 from gpuops.config import schema as s
-from gpuops.targets import Host, Inventory, Target
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import NO_VAULT, Node, first_vault
 from gpuops.errors import ConfigError, UsageError
 from gpuops.position import Mark
+from gpuops.targets import Host, Inventory, Target
+
 if TYPE_CHECKING:
     from gpuops.config.playbook_model import Playbook
 
@@ -232,7 +233,7 @@ def _check_gpus(target: Target, playbook: Playbook) -> None:
     available = set(target.gpus)
     for section, gpus, mark in (
         ("preflight", playbook.preflight.gpus, playbook.preflight.gpus_mark),
-        ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup and playbook.warmup.gpus_mark),
+        ("warmup", playbook.warmup.gpus if playbook.warmup else (), playbook.warmup.gpus_mark if playbook.warmup else None),
     ):
         for gpu in gpus:
             if gpu not in available:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from gpuops.targets import Inventory
 from gpuops.errors import UsageError
+from gpuops.targets import Inventory
 
 _SPECIAL = set(":,!&*?[~")
 

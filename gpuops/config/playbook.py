@@ -6,6 +6,10 @@ import os
 from typing import Mapping as Env
 
 from gpuops.config import schema as s
+from gpuops.config.keys.notify_keys import parse_notify
+from gpuops.config.keys.restart_keys import parse_restart
+from gpuops.config.keys.torchrun_keys import parse_nodes, parse_torchrun
+from gpuops.config.keys.watch import parse_watch
 from gpuops.config.playbook_model import (
     HEALTH_MODES,
     SECRET_NAME,
@@ -16,13 +20,10 @@ from gpuops.config.playbook_model import (
     Preflight,
     Warmup,
 )
-from gpuops.config.keys.notify_keys import parse_notify
-from gpuops.config.keys.restart_keys import parse_restart
-from gpuops.config.keys.torchrun_keys import parse_nodes, parse_torchrun
-from gpuops.config.keys.watch import parse_watch
 from gpuops.config.yamlpos import Node, Scalar, load
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 PLAYBOOK_KEYS = ("name", "target", "workdir", "env", "secrets", "preflight", "warmup", "launch", "watch", "abort",
                  "restart", "notify")
 PREFLIGHT_KEYS = ("gpus", "max_memory_used_mib", "max_utilization_pct", "allow_processes", "health", "xid_window")

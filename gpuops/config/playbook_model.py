@@ -13,6 +13,7 @@ from gpuops.agent.wire import watchfile as wf
 from gpuops.agent.wire.channel_list import Channel
 from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.position import Mark
+
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 

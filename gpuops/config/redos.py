@@ -14,14 +14,15 @@ line length. When unsure (a pattern too large to analyse), say nothing.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Callable
 
-try:  # Python >= 3.11
+if sys.version_info >= (3, 11):
     from re import _constants as _c
     from re import _parser as _p
-except ImportError:  # Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+else:  # Python 3.10
+    import sre_constants as _c
+    import sre_parse as _p
 
 __all__ = ["risky"]
 
@@ -232,7 +233,7 @@ class _Nfa:
                     chars.add(chr(value))
                     self.literals.add(chr(value))
                 elif sub is _c.RANGE:
-                    tests.append(lambda ch, lo=value[0], hi=value[1]: lo <= ord(ch) <= hi)
+                    tests.append(_between(value[0], value[1]))
                 elif sub is _c.CATEGORY:
                     tests.append(_category(value, ascii_only))
                 else:
@@ -291,6 +292,10 @@ class _Nfa:
                     free.add(state)
                     changed = True
         return free
+
+
+def _between(lo: int, hi: int) -> Callable[[str], bool]:
+    return lambda ch: lo <= ord(ch) <= hi
 
 
 def _in_set(chars: set[str], tests: list[Callable[[str], bool]], negate: bool, fold: bool) -> Callable[[str], bool]:

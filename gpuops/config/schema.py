@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Iterable, Sequence as Seq
+from typing import Callable, Iterable
+from typing import Sequence as Seq
 
-from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence, describe
+from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence
+from gpuops.config.yamlpos import describe as describe  # s.describe, for every section reader
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 NAME_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

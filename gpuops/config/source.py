@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuops.config.yamlpos import Mapping, Node, Scalar, load, read_text
 from gpuops.errors import ConfigError
 
 YAML_SUFFIXES = (".yml", ".yaml", ".json")
-_UNPARSED = object()
 
 
 class Source:
@@ -18,12 +15,14 @@ class Source:
         self.path = path
         self.text = read_text(path)  # a missing or non-UTF-8 file: the same error for every format
         self.yaml_named = path.lower().endswith(YAML_SUFFIXES)
-        self._root: Any = _UNPARSED
+        self._parsed = False
+        self._root: Node | None = None
         self._error: ConfigError | None = None
 
     def parses(self) -> bool:
         """Whether the file is YAML; the parse error is kept for a file that is named as YAML."""
-        if self._root is _UNPARSED and self._error is None:
+        if not self._parsed:
+            self._parsed = True
             try:
                 self._root = load(self.path, vault=True)  # gpuops' own format refuses it (inventory.load)
             except ConfigError as exc:

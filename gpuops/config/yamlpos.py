@@ -13,8 +13,8 @@ import stat
 from typing import Any, Iterator, Union
 
 from gpuops.errors import ConfigError, UsageError
-
 from gpuops.position import Mark
+
 MAX_DEPTH = 64  # far beyond any real inventory or playbook; guards against hostile nesting
 MAX_BYTES = 1 << 20  # 1 MiB: real files are a few KiB; bounds what a device such as /dev/zero can make us hold
 _ONCE: dict[str, str] = {}  # what a pipe gave (`-p <(...)`, /dev/stdin): it cannot be read a second time

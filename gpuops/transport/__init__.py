@@ -13,8 +13,9 @@ import os
 import threading
 from typing import Any, Mapping
 
-from gpuops.targets import Host, Inventory, Target
+from gpuops.command import Cmd
 from gpuops.errors import UsageError
+from gpuops.targets import Host, Inventory, Target
 from gpuops.transport.base import HostSide, Result, Stream, Transport
 
 __all__ = ["Pool", "Result", "Stream", "Transport", "dry_transport"]
@@ -123,16 +124,16 @@ class _DryHost(HostSide):
         self.label = label
         self.command_timeout = command_timeout
 
-    def wrap(self, cmd: Any) -> Any:
+    def wrap(self, cmd: Cmd) -> Cmd:
         return cmd
 
-    def render(self, cmd: Any, *, display: bool = True) -> str:
+    def render(self, cmd: Cmd, *, display: bool = True) -> str:
         return cmd.render(display=display)
 
-    def run(self, cmd: Any, **_: Any) -> Result:
+    def run(self, cmd: Cmd, **_: Any) -> Result:
         raise AssertionError("a dry run must not execute commands")
 
-    def open(self, cmd: Any) -> Stream:
+    def open(self, cmd: Cmd) -> Stream:
         raise AssertionError("a dry run must not execute commands")
 
     def connect_soon(self) -> None:

@@ -77,7 +77,10 @@ class Transport(Protocol):
     kind of transport it holds."""
 
     label: str
-    container: Container | None
+
+    @property
+    def container(self) -> Container | None:
+        """The container's own questions where the target is one; None on a host."""
 
     @property
     def connections_made(self) -> int:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from bench import wait_until
+
 from gpuops.agent.detect.cacheshare import CacheSharing
 
 

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench import wait_until
 from bench.cli import CtCli
 from test_detector_list import REPO, toy

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench.cli import CtCli
 
 REPO = Path(__file__).resolve().parents[2]

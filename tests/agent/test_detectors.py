@@ -216,7 +216,7 @@ def good_run(run: Path, det: Detectors, rng: random.Random) -> List[Tuple[float,
         if tick % 2 == 0:
             gpus = {g: (int(LEVEL * rng.uniform(0.9, 1.1)), 17) for g in (5, 6, 7)}
             det.sample(t, gpus)
-            log.append(t, gpus, {g: 1 for g in gpus}, figures.take())
+            log.append(t, gpus, dict.fromkeys(gpus, 1), figures.take())
             found += [(tick, f) for f in det.judge(t)]
     return found
 

@@ -10,11 +10,20 @@ import re
 import shutil
 
 import pytest
-
 from bench.prom import promtool_check
+
 from gpuops.agent.wire.exposition import LABEL_MAX, Exposition, Family, escape_label, label_value, number
-from gpuops.agent.wire.metric_table import (GPU_FAMILIES, GPU_HEALTH_FAMILIES, RUN_FAMILIES, STATES, GpuReading,
-                                           RunSnapshot, health_family, render)
+from gpuops.agent.wire.metric_table import (
+    GPU_FAMILIES,
+    GPU_HEALTH_FAMILIES,
+    RUN_FAMILIES,
+    STATES,
+    GpuReading,
+    RunSnapshot,
+    health_family,
+    render,
+)
+
 
 def needs_promtool(test):  # type: ignore[no-untyped-def]
     """A test that runs promtool (a process: a bench test, skipped where Debian's prometheus is not installed)."""

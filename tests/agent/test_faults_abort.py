@@ -14,7 +14,6 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from bench import wait_until
 from bench.watchdog import events, heartbeat, pids, remove_watchdog, wait_watching
 from test_watch import Ct

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bench import procs, wait_until
 from bench.faults import calls, can_mount, container_path, full_disk, tmpfs, tmux_wrapper
 from bench.watchdog import events, heartbeat, kill_watchdog, wait_watching

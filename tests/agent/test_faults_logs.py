@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from bench import FakeProxmox, SshServer, wait_until
 from bench.watchdog import events, wait_watching
 from test_reliability import FX_SAMPLE

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from bench import procs, wait_until
 from bench.watchdog import wait_watching
 from test_watch import Ct

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.door import Door
 from gpuops.agent.wire.frames import FrameReader
+from gpuops.client.door import Door
 from gpuops.client.view.follower import Data, Ended, Heartbeat, LogFollower, Reset, WatchdogEvent
 from gpuops.transport.local import LocalTransport
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from test_launch import Lab, gpuops, said
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from test_health import recorded
+
 from gpuops.agent.detect.detectors import Detectors
 from gpuops.agent.detect.sampler import HealthSample
 from gpuops.agent.wire.detector_list import DETECTORS, DetectorSettings
 from gpuops.agent.wire.health import LostGpu, parse_health
 from gpuops.agent.wire.xid import parse_line
-from test_health import recorded
 
 BUS = "00000000:00:06.0"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from bench import wait_until
 
 RUN = "20261202-000000-live01"

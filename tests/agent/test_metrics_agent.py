@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bench import wait_until
-from gpuops.agent.metrics.reading import Reader
+
 from gpuops.agent.metrics.outlets import STALE_AFTER, Outlet, group_url, sweep, textfile_name, write_textfile
+from gpuops.agent.metrics.reading import Reader
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import watchfile
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from bench import wait_until
 from bench.cli import CtCli
 from bench.prom import PromStack, missing_tools, promtool_check
+
 from gpuops.agent.wire.metric_table import GpuReading, RunSnapshot, render
 
 SESSION = "prom"

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from bench import procs, wait_until
 from bench.hook import Hook
 from bench.watchdog import events, kill_watchdog, wait_watching

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from bench.hook import Hook
 from bench.playbooks import playbook_error, write_playbook
+
 from gpuops.agent.notify import deliver, outbox, payload, sender, webhook
 from gpuops.agent.wire.masking import Masker
 from gpuops.agent.wire.watchfile import channel, parse

@@ -8,11 +8,18 @@ import time
 from pathlib import Path
 
 from gpuops.agent.detect.detectors import Baseline
-from gpuops.agent.detect.profile import (baseline_from_config, build_profile, find_baseline, keep_profile,
-                                   pick_baseline, run_digest, weighted_median)
+from gpuops.agent.detect.profile import (
+    baseline_from_config,
+    build_profile,
+    find_baseline,
+    keep_profile,
+    pick_baseline,
+    run_digest,
+    weighted_median,
+)
+from gpuops.agent.detect.telemetry import TelemetryLog
 from gpuops.agent.wire.records import PROFILE, read_json
 from gpuops.agent.wire.watchfile import detectors
-from gpuops.agent.detect.telemetry import TelemetryLog
 
 START = "2026-12-01T10:25:00Z"
 T0 = 1796120700.0  # START as epoch seconds

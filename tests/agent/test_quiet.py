@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import wait_until
 from bench.watchdog import events
 from test_watch import GPUS, SESSION, Ct

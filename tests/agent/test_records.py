@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.wire.runinfo import RunInfo
 from gpuops.agent.wire.protocol import SCHEMA_VERSION
 from gpuops.agent.wire.records import command_exit_code, outcome, read_json, write_json_atomic
+from gpuops.agent.wire.runinfo import RunInfo
 
 CASES = [
     # exit_code file text, abort.json, session alive -> outcome

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until
 from bench.watchdog import events, heartbeat
 from test_watch import FX_LINE, SESSION, Ct, make_ct, trainer

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, procs, wait_until
 from bench.faults import can_mount, full_disk, tmpfs
 from bench.pauses import flock_waiters, pause_env, reached, release
 from bench.watchdog import events, heartbeat
-from test_restart import detached, fails_once, restart_events, run_over, with_restart
 from test_faults_reap import ESCAPE, holders
+from test_restart import detached, fails_once, restart_events, run_over, with_restart
 from test_watch import Ct, make_ct, trainer
 
 

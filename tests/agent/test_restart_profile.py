@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuops.agent.run import restart as restarts
+from test_profile import COMPILED, EAGER, T0, make_run
+
 from gpuops.agent.detect.profile import find_baseline, keep_profile
+from gpuops.agent.detect.telemetry import TelemetryLog
+from gpuops.agent.run import restart as restarts
 from gpuops.agent.wire.records import write_json_atomic
 from gpuops.agent.wire.watchfile import parse
-from gpuops.agent.detect.telemetry import TelemetryLog
-from test_profile import COMPILED, EAGER, T0, make_run
 
 CFG = parse({"restart": {"max": 2, "on": ["throughput-drop", "fx-tracing-race"], "delay": 0}})
 DROP = {"reason": "match", "rule": "throughput-drop", "by": "watchdog"}

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.wire.signatures.matcher import Hit, Matcher, Rule, builtin_rules, regex_rule
-from gpuops.client.view import accel
 from gpuops.agent.wire.signatures import matcher as matcher_mod
 from gpuops.agent.wire.signatures import scan as scan_mod
+from gpuops.agent.wire.signatures.matcher import Hit, Matcher, Rule, builtin_rules, regex_rule
+from gpuops.client.view import accel
 
 LOGS = Path(__file__).parent.parent / "data" / "logs"
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is not supported at the moment."
@@ -266,7 +266,7 @@ def test_timestamp_prefix_on_every_line_varies():
 def test_two_ranks_interleaved():
     a = tb(FX, prefix="[rank0]: ").splitlines()
     b = tb("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", prefix="[rank1]: ").splitlines()
-    text = "".join(x + "\n" + y + "\n" for x, y in zip(a, b))
+    text = "".join(x + "\n" + y + "\n" for x, y in zip(a, b, strict=False))  # as far as both go
     hits = scan(text.encode())
     assert [h.rule for h in hits] == ["fx-tracing-race", "cuda-oom"]
     assert all("[rank1]" not in line for line in hits[0].excerpt.splitlines())

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.launch import gpus
 from gpuops.agent.wire import smi
 from gpuops.agent.wire.smi import SmiError, parse_gpus, parse_sample, sample_argv
+from gpuops.client.launch import gpus
 
 REAL = Path(__file__).parent.parent / "data" / "real_h200" / "nvidia-smi.txt"
 

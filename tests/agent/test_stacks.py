@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from bench import wait_until
 from bench.playbooks import playbook_error, write_playbook
+
 from gpuops.agent.run import stacks
 from gpuops.agent.wire import stackfile
 from gpuops.config import load_playbook

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until
 from test_restart import run_over, with_restart
 from test_watch import Ct, make_ct

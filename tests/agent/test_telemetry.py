@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.wire.records import SAMPLES, SAMPLES_COARSE
 from gpuops.agent.detect.cachewatch import CacheWatcher, inductor_cache_dir
 from gpuops.agent.detect.telemetry import TelemetryLog, parse_lines, read_samples
 from gpuops.agent.detect.throughput import Figures, figure
+from gpuops.agent.wire.records import SAMPLES, SAMPLES_COARSE
 
 T0 = 1796120709.83  # 2026-12-01 10:25:09.83 UTC, when REFERENCE.md measured the quiet failures
 COMPILED, EAGER = 505695.0, 98364.0
@@ -24,7 +24,7 @@ def feed(run_dir: Path, seconds: float, gpus: int, *, interval: float = 2.0, sta
     log = log or TelemetryLog(str(run_dir))
     rng = random.Random(7)
     noise = [rng.uniform(0.9, 1.1) for _ in range(997)]
-    procs = {g: 1 for g in range(gpus)}
+    procs = dict.fromkeys(range(gpus), 1)
     for i in range(int(seconds / interval)):
         gpu_rows = {g: (int(131000 * noise[(i + g) % 997]), int(17 * noise[(i * 3 + g) % 997])) for g in range(gpus)}
         log.append(start + i * interval, gpu_rows, procs, COMPILED * noise[i % 997])

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import BENCH_PATH, wait_until
 from bench.watchdog import events, heartbeat, wait_watching
 from test_watch import GPUS, SESSION, Ct, trainer

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, procs, wait_until, write_inventory
 from bench.cli import CLI_TIMEOUT, Cli, Running, gpuops
 
@@ -131,7 +130,7 @@ class Ct:
         """What a user checks after a run ended: no session, no process of the run, GPUs drained."""
         assert not self.session_alive(), "the tmux session is still alive"
         assert self.run_processes() == [], "processes of the run are left"
-        assert self.gpu_memory() == {g: 0 for g in GPUS}
+        assert self.gpu_memory() == dict.fromkeys(GPUS, 0)
 
 
 def make_ct(sshd: SshServer, fake_proxmox: FakeProxmox, tmp_path: Path) -> Ct:

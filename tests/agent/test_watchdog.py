@@ -9,15 +9,14 @@ still catches the failure, reporting each match once; a run is signalled once wh
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import signal
 import time
 from pathlib import Path
 
 import pytest
-
 from bench import procs, wait_until
 from bench.watchdog import events, heartbeat, kill_watchdog, pids, wait_watching
 from test_watch import FX_LINE, SESSION, Ct, trainer

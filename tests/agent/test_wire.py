@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench.fakes import FakeProxmox, make_root
-from gpuops.agent.wire import protocol as p
+
 from gpuops.agent.wire import marks
+from gpuops.agent.wire import protocol as p
 from gpuops.transport.base import Result
 from gpuops.transport.pct import parse_pct_exec, parse_pct_status
 

@@ -23,8 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench import BENCH_PATH, BIN_DIR
-from bench import procs
+from bench import BENCH_PATH, BIN_DIR, procs
 from bench.gpus import FakeGpus
 from bench.kmsg import KernelLog
 from bench.waiting import wait_until

@@ -16,10 +16,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from bench.cli import gpuops_text
 from bench import SshServer, write_inventory
+from bench.cli import gpuops_text
+from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_INV = REPO / "inventories" / "example.yaml"

@@ -15,10 +15,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from bench.cli import Cli, gpuops
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from bench.cli import Cli, gpuops
 
 REPO = Path(__file__).resolve().parents[2]
 PAIRS = [

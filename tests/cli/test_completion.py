@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench import SshServer, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench import jsoncheck
-from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import FakeProxmox, LocalEnv, SshServer, jsoncheck, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_INV = REPO / "inventories" / "example.yaml"
@@ -48,14 +46,14 @@ def gpuops(*args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...
 def steps(stdout: str) -> dict[str, str]:
     """The dry run's `# step` headers and the command printed under each (its `# stdin:` line apart)."""
     parts = STEP.split(stdout)[1:]
-    return {name: text.rstrip("\n").split("\n# stdin: ")[0] for name, text in zip(parts[::2], parts[1::2])}
+    return {name: text.rstrip("\n").split("\n# stdin: ")[0] for name, text in zip(parts[::2], parts[1::2], strict=True)}
 
 
 def stdins(stdout: str) -> dict[str, str]:
     """What the dry run says goes on each step's stdin."""
     parts = STEP.split(stdout)[1:]
-    return {name: text.rstrip("\n").split("\n# stdin: ", 1)[1] for name, text in zip(parts[::2], parts[1::2])
-            if "\n# stdin: " in text}
+    return {name: text.rstrip("\n").split("\n# stdin: ", 1)[1]
+            for name, text in zip(parts[::2], parts[1::2], strict=True) if "\n# stdin: " in text}
 
 
 XIDS = "beside it, on the host: the Xids of its kernel log's last seconds"
@@ -235,7 +233,7 @@ def test_dry_run_masks_secrets(lab: tuple[SshServer, FakeProxmox, Path], tmp_pat
     for name in values:
         assert f"export {name}=***\n" in spec["env"]
     assert "export PLAIN=shown-as-is\n" in spec["env"]
-    assert spec["meta"]["env"] == {name: "***" for name in values} | {"PLAIN": "shown-as-is"}
+    assert spec["meta"]["env"] == dict.fromkeys(values, "***") | {"PLAIN": "shown-as-is"}
     assert sshd.connection_count() == 0
 
 

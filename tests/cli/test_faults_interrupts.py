@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.cli import Running
 from test_launch import cmdline

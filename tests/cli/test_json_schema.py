@@ -15,9 +15,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from bench import jsoncheck
 from bench.cli import CtCli, gpuops
+
 from gpuops.agent.wire.protocol import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[2]

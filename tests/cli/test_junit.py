@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bench import SshServer
 from bench.cli import Cli, CtCli, gpuops
 

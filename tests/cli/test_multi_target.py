@@ -19,7 +19,6 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, write_inventory
 from bench.cli import Cli, Running, gpuops
 from bench.inventory import host_entry

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bench import FakeProxmox, SshServer
 from test_watch import Ct, make_ct
 

@@ -319,7 +319,7 @@ def _unfilter(kind: int, line: bytearray, prev: bytearray, n: int) -> None:
         for i in range(n, len(line)):
             line[i] = (line[i] + line[i - n]) & 0xFF
     elif kind == 2:
-        line[:] = bytes((a + b) & 0xFF for a, b in zip(line, prev))
+        line[:] = bytes((a + b) & 0xFF for a, b in zip(line, prev, strict=True))
     elif kind == 3:
         for i in range(len(line)):
             line[i] = (line[i] + ((line[i - n] if i >= n else 0) + prev[i]) // 2) & 0xFF

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from bench import LocalEnv
 from bench.cli import CtCli, gpuops
 from test_report import python_values

@@ -11,7 +11,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from test_multi_target import GO_TRAIN, Fleet, detach_both, fleet  # noqa: F401 - the fixture
 
 

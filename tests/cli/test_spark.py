@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from gpuops.cli.renderers.spark import BLOCKS, memory_series, shape, sparkline
 from gpuops.agent.wire.samples import parse_lines
+from gpuops.cli.renderers.spark import BLOCKS, memory_series, shape, sparkline
 
 
 def test_a_flat_compiled_run_is_one_level() -> None:

@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench import SYSTEM_PATH, jsoncheck, FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import SYSTEM_PATH, FakeProxmox, LocalEnv, SshServer, jsoncheck, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 GPUOPS_VARS = ("GPUOPS_INVENTORY", "GPUOPS_PLAYBOOK", "GPUOPS_TARGET", "GPUOPS_CONNECT_RETRY_TIME")

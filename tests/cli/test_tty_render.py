@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
 from bench.cli import REPO, argv
 

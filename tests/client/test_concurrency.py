@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bench import procs, wait_until
 from bench.cli import Cli, CtCli
 
@@ -85,7 +84,7 @@ def test_six_simultaneous_launches_start_exactly_one_run(ct: Ct) -> None:
     results = [launch.finish() for launch in launches]
     codes = sorted(r.code for r in results)
     assert codes == [0, 4, 4, 4, 4, 4], "\n\n".join(map(str, results))
-    (winner,) = [launch for launch, r in zip(launches, results) if r.code == 0]
+    (winner,) = [launch for launch, r in zip(launches, results, strict=True) if r.code == 0]
     run_id = ct.run_id()
     for r in results:
         if r.code == 4:

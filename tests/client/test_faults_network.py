@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, jsoncheck, procs, wait_until, write_inventory
 from bench.netns import NetNs, NetnsUnavailable
 
@@ -194,7 +193,7 @@ class Ct:
         marker = self.run_id().encode()
         assert procs.find(lambda env: env.get(b"GPUOPS_RUN_ID") == marker) == [], "processes of the run are left"
         gpus = self.fake.gpus(200)
-        assert {g: gpus.memory_used(g) for g in GPUS} == {g: 0 for g in GPUS}
+        assert {g: gpus.memory_used(g) for g in GPUS} == dict.fromkeys(GPUS, 0)
 
     def close(self) -> None:
         """Stop every gpuops command still running: before the namespace goes, nothing may still dial it."""
@@ -308,7 +307,7 @@ def test_follow_survives_connections_killed_three_times(ct: Ct) -> None:
     before = ct.sshd.connection_count()
     follow = ct.start("logs", "--follow")
     for at in (40, 140, 240):  # early, in the middle, near the end of the run
-        follow.wait_for(lambda: follow.numbered_seen() >= at, f"line {at} to stream", timeout=60)
+        follow.wait_for(lambda at=at: follow.numbered_seen() >= at, f"line {at} to stream", timeout=60)
         assert ct.sshd.kill_connections() >= 1
     result = follow.finish()
     assert result.code == 0, result

@@ -13,7 +13,6 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer
 from bench.waiting import wait_until
 from test_nodes_bench import STANDINS, Job, end_job, make_job

@@ -13,7 +13,6 @@ from typing import Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer
 from bench.realtorch import SKIP_REASON, container_path, torch_python
 from bench.waiting import wait_until

@@ -22,9 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench import jsoncheck
-from bench import FakeProxmox, LocalEnv, SshServer, wait_until, write_inventory
+from bench import FakeProxmox, LocalEnv, SshServer, jsoncheck, wait_until, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 CT = 200
@@ -427,7 +425,7 @@ def test_simultaneous_launches_start_exactly_one_trainer(lab: Lab, count: int) -
     codes = sorted(code for _, code, _, _ in results)
     assert codes == [0] + [4] * (count - 1), results
     winner = next(pid for pid, code, _, _ in results if code == 0)
-    for pid, code, _, err in results:
+    for _, code, _, err in results:
         if code == 4:
             assert "a launch of 'train' is already in progress" in err, err
             assert f"pid {winner} " in err, (winner, err)  # the message names the holder

@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import yaml
-
 from bench import BIN_DIR, procs, wait_until
 from bench.watchdog import remove_watchdog
-from gpuops.config import load_inventory
-from gpuops.client.view.follower import Data, Ended, LogFollower
-from gpuops.client.door import Door
-from gpuops.transport import Pool
 from test_watch import FX_LINE, GPUS, Ct, excerpt_lines, trainer
+
+from gpuops.client.door import Door
+from gpuops.client.view.follower import Data, Ended, LogFollower
+from gpuops.config import load_inventory
+from gpuops.transport import Pool
 
 
 def numbers(lines: list[str]) -> list[int]:
@@ -329,7 +329,7 @@ def test_logs_follow_on_a_launch_whose_warmup_fails_exits_5(ct: Ct) -> None:
     assert launched.code == 5, launched
     assert attached.code == 5, attached
     assert "never started" in attached.err, attached
-    assert not ct.session_alive() and ct.gpu_memory() == {g: 0 for g in GPUS}
+    assert not ct.session_alive() and ct.gpu_memory() == dict.fromkeys(GPUS, 0)
 
 
 WARMUPS_THAT_LOOK_STOPPED = {"echo compiling; exit 86": (86, "compiling"),

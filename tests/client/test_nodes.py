@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench.cli import gpuops
 from bench.playbooks import playbook_error
+
 from gpuops.agent.wire import jobwire
 from gpuops.agent.wire.records import outcome
 from gpuops.client.nodes import NodeEnd, first_failing, job_outcome

@@ -16,10 +16,10 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from bench import BENCH_PATH, FakeProxmox, SshServer, write_inventory
 from bench.cli import gpuops
 from bench.waiting import wait_until
+
 from gpuops.agent.wire import jobwire
 
 SESSION = "job"
@@ -195,7 +195,7 @@ def test_a_forged_end_in_the_store_blocks_nothing_costs_one_event_and_the_job_en
     log0 = job.run_dir(200) / "log"
     steps = log0.read_text().count("\nstep ")
     wait_until(lambda: log0.read_text().count("\nstep ") >= steps + 20, timeout=60, message="20 more steps on node 0")
-    used = [link_cpu(fake_proxmox, v) - c for v, c in zip((200, 201), cpu)]
+    used = [link_cpu(fake_proxmox, v) - c for v, c in zip((200, 201), cpu, strict=True)]
     job.figures["link CPU s"] = max(used)
     assert max(used) < 0.1, f"a job link spent {used} CPU seconds over 20 steps with the forged value there"
     assert [len(job.link_said(v, "forged")) for v in (200, 201)] == [1, 1]  # said once, then ignored

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bench import wait_until
 from bench.cli import CtCli
 

@@ -9,7 +9,6 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from bench import FakeProxmox, SshServer, wait_until
 from bench.watchdog import events, pids, wait_watching
 from test_watch import Ct, make_ct

@@ -23,8 +23,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from bench.cli import gpuops
+
 from gpuops.config import load_inventory
 from gpuops.config.inventory import resolve_targets
 

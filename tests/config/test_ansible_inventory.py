@@ -10,11 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from bench import FakeProxmox, SshServer
+from bench.cli import gpuops
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench import FakeProxmox, SshServer
-from bench.cli import gpuops
 from gpuops.config import load_inventory
 from gpuops.config.inventory import resolve_target, resolve_targets
 from gpuops.errors import ConfigError, UsageError

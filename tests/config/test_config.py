@@ -11,13 +11,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from bench.cli import gpuops
 
 from gpuops.client.launch.sequential_warmup import render_warmup_command
 from gpuops.config import load_inventory, load_playbook, resolve_target
 from gpuops.config.playbook_model import EnvVar, Preflight, RuleSpec
 from gpuops.errors import ConfigError, UsageError
 from gpuops.position import Mark
-from bench.cli import gpuops
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = "launch: {session: s, command: c}\n"

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
-from gpuops.config import load_playbook
+
 from gpuops.agent.wire.detector_list import DetectorSettings, by_key
+from gpuops.config import load_playbook
 from gpuops.config.playbook_model import StallAuto, Watch
 
 LAUNCH = "launch: {session: s, command: c}\n"

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from bench.playbooks import playbook_error, write_playbook
+
 from gpuops.client.runspec import prepare_spec
 from gpuops.config import load_playbook
 

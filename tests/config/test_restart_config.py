@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bench.cli import gpuops
 from bench.playbooks import playbook_error, write_playbook
+
 from gpuops.config import load_playbook
 from gpuops.config.playbook_model import Restart
 

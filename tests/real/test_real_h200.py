@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.client.launch.gpus import check_idle, parse_gpus
 from gpuops.agent.wire.signatures.matcher import Matcher, builtin_rules
+from gpuops.client.launch.gpus import check_idle, parse_gpus
 
 REAL = Path(__file__).parent.parent / "data" / "real_h200"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.agent.guard.counts import Counts
-from gpuops.agent.wire.ruleset import build_matcher
 from gpuops.agent.watch.supervise import done
 from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.records import outcome, read_json, read_text
+from gpuops.agent.wire.ruleset import build_matcher
 from gpuops.agent.wire.runinfo import RunInfo
 from gpuops.agent.wire.watchfile import parse
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.run.stacks import recorded
-from gpuops.agent.wire.stackfile import parse
 from gpuops.agent.wire.records import read_json
+from gpuops.agent.wire.stackfile import parse
 
 REAL = Path(__file__).parent.parent / "data" / "real_h200" / "stacks"
 COMPILING = ("torch/_dynamo", "torch/_inductor")

@@ -18,9 +18,9 @@ from gpuops.agent.detect.detectors import Detectors
 from gpuops.agent.detect.profile import baseline_from_profile, build_profile
 from gpuops.agent.run.abort import claim, wait_done
 from gpuops.agent.wire.records import outcome, read_json
-from gpuops.agent.wire.stall import StallClock
-from gpuops.agent.wire.samples import parse_lines
 from gpuops.agent.wire.ruleset import build_matcher, stall_config
+from gpuops.agent.wire.samples import parse_lines
+from gpuops.agent.wire.stall import StallClock
 from gpuops.agent.wire.watchfile import detectors, parse
 
 REAL = Path(__file__).parent.parent / "data" / "real_h200" / "watchdog"

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer
 from bench.cli import gpuops
 from bench.inventory import write_inventory
 from bench.waiting import wait_until
+
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
 from gpuops.targets import Host, Inventory, Target

@@ -15,12 +15,12 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.cli import Running
 from bench.inventory import silent_host
-from gpuops.targets import Host
+
 from gpuops.errors import UsageError
+from gpuops.targets import Host
 from gpuops.transport.ssh import resolve as sshresolve
 from gpuops.transport.ssh.head_start import Early
 

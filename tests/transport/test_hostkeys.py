@@ -15,9 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from bench import jsoncheck
-from bench import FakeProxmox, SshServer, write_inventory
+from bench import FakeProxmox, SshServer, jsoncheck, write_inventory
 from bench.inventory import host_entry
 
 REPO = Path(__file__).resolve().parents[2]

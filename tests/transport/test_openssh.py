@@ -20,9 +20,9 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from bench.cli import gpuops
+
 from gpuops.command import Cmd
 from gpuops.config import load_inventory
 from gpuops.errors import ConnectError

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
 from test_known_hosts_files import as_unprivileged, gpuops
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from bench import FakeProxmox, SshServer
 from bench.cli import gpuops_text
 

@@ -18,19 +18,19 @@ from typing import Any
 
 import pytest
 import yaml
-
-from bench.cli import gpuops_text
 from bench import FakeProxmox, SshServer, wait_until, write_inventory
+from bench.cli import gpuops_text
 from bench.inventory import host_entry
 from bench.procs import is_alive
+
 from gpuops.command import Cmd, Script, bash
 from gpuops.config import load_inventory
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, ContainerNotRunning
 from gpuops.transport import Pool
 from gpuops.transport.local import LocalTransport
 from gpuops.transport.pct import PctTransport
-from gpuops.transport.ssh.paramiko_ssh.paramiko_transport import SshTransport
 from gpuops.transport.ssh.paramiko_ssh.lowlatency import LowLatencySocket
+from gpuops.transport.ssh.paramiko_ssh.paramiko_transport import SshTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -158,7 +158,7 @@ def test_launch_detach_status_logs_stop_share_one_login_through_gpuops_own_maste
         "launch: {session: conn-train, command: fake-train --mode steps --gpus 2 --steps 100000 --interval 0.2}\n"
         "watch: {stall_timeout: 0}\nabort: {grace: 2}\n"
     )
-    for i, command in enumerate((["launch", "--detach", "--yes"], ["status", "-v"], ["logs"], ["stop"])):
+    for command in (["launch", "--detach", "--yes"], ["status", "-v"], ["logs"], ["stop"]):
         result = gpuops(*command, "-i", str(inv), "-p", str(pb))
         assert result.returncode == 0, (command, result.stderr)
         assert sshd.connection_count() == 1, command  # the first command's ControlMaster serves the later ones

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterable, List, Mapping, Set
 
-from .cachewatch import inductor_cache_dir
 from ..wire import watchfile
 from ..wire.protocol import RUN_ID_ENV
+from .cachewatch import inductor_cache_dir
 
 __all__ = ["CacheSharing"]
 

@@ -30,7 +30,7 @@ __all__ = ["ABORT", "MIN_FIGURES", "NOTE", "WARN", "Baseline", "Detectors", "Fin
 def load(spec: DetectorSpec) -> Type[judge.Detector]:
     """The class that judges a detector: `Detector` of gpuops/agent/detect/<spec.module>.py."""
     module = importlib.import_module("." + spec.module, __package__)
-    cls: Type[judge.Detector] = getattr(module, "Detector")
+    cls: Type[judge.Detector] = module.Detector
     cls.spec = spec
     return cls
 

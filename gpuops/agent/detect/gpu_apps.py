@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Callable, Dict, List, Optional
+from typing import IO, Callable, Dict, List, Optional
 
 from ..system.procs import end_child
 
@@ -28,7 +28,7 @@ class ProcessLoop:
     def __init__(self, gpus: List[int], every: float, preexec: Optional[Callable[[], None]] = None) -> None:
         self.gpus, self.every, self.preexec = gpus, max(0.1, every), preexec
         self.uuids: Dict[str, int] = {}
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.buf = b""
         self.rows: List[str] = []  # the pass being read
         self.last_row = self.since = 0.0
@@ -44,7 +44,7 @@ class ProcessLoop:
         except OSError:
             self.proc, self.down_since = None, now
             return
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self._out().fileno(), False)
         self.buf, self.rows, self.since = b"", [], now
 
     def start(self, now: float) -> None:
@@ -57,9 +57,13 @@ class ProcessLoop:
             self._spawn(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader,nounits",
                          "-lms", str(int(self.every * 1000))], now)
 
+    def _out(self) -> IO[bytes]:
+        assert self.proc is not None and self.proc.stdout is not None  # started with stdout=PIPE
+        return self.proc.stdout
+
     def fds(self) -> List[int]:
         """Its pipe, to wait on beside the log."""
-        return [self.proc.stdout.fileno()] if self.proc is not None else []
+        return [self._out().fileno()] if self.proc is not None else []
 
     def poll(self, now: float) -> None:
         """Read what arrived; close a pass that is over; start (or restart) the query."""
@@ -67,7 +71,7 @@ class ProcessLoop:
             self.start(now)
             return
         try:
-            chunk = self.proc.stdout.read()
+            chunk = self._out().read()
         except OSError:
             chunk = b""
         if chunk:
@@ -104,7 +108,7 @@ class ProcessLoop:
         return [[c.strip() for c in row.split(",")] for row in self.rows]
 
     def _close_pass(self) -> None:
-        counts = {g: 0 for g in self.gpus}
+        counts = dict.fromkeys(self.gpus, 0)
         for row in self._split():
             gpu = self.uuids.get(row[0]) if row else None
             if gpu in counts:

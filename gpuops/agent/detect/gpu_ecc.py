@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..wire.verdict import Problem, judge as verdict
+from ..wire.verdict import Problem
+from ..wire.verdict import judge as verdict
 from . import judge
 from .judge import Finding
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+from ..wire.smi import GpuSample
 from . import judge
 from .episodes import Episode, keep, moves
 from .judge import EAGER_ADVICE, MIN_FIGURES, Baseline, Finding, base_figures, n
 from .throughput import median
-from ..wire.smi import GpuSample
 
 MEMORY_SHIFT = "gpu-memory-shift"
 MEMORY_VOLATILE = "gpu-memory-volatile"
@@ -97,7 +97,7 @@ class Detector(judge.Detector):
         # one move whose new level held for half a window (and the old one a quarter before it) is a jump,
         # unless it is the way back of an excursion whose way out has just left the window (the window
         # before it holds that one other move): a return to the old level is no new one
-        jump = bool(turns) and len(turns) == 1 and t - turns[0] >= cfg.window / 2 and (
+        jump = turns is not None and len(turns) == 1 and t - turns[0] >= cfg.window / 2 and (
             turns[0] - points[0][0] >= cfg.window / 4) and len(moves(wider, cfg.max_swing_mib)) != 2
         bad = None if turns is None else len(turns) >= SWINGS or jump
         began = self._episode(MEMORY_VOLATILE, gpu).starts(t, bad)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Set
 
 from ..wire.health import SLOWDOWN, reasons
-from .episodes import Episode
 from . import judge
+from .episodes import Episode
 from .judge import Finding
 
 

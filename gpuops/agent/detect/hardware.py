@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 from ..wire import protocol as p
 from ..wire.detector_list import hardware_rules
 from ..wire.records import read_json, write_json_atomic
-from ..wire.verdict import judge as verdict, judge_lost
+from ..wire.verdict import judge as verdict
+from ..wire.verdict import judge_lost
 from ..wire.xid import RESET, SERVICE
 
 if TYPE_CHECKING:
@@ -35,7 +36,9 @@ class Watched(Protocol):
     cfg: WatchConfig
     started: float
     quiet: Quiet
-    events: Events
+
+    @property
+    def events(self) -> Events: ...  # read only, so the watchdog's EventLog is one
 
 #: Seconds the end of a crashed or lost attempt waits for the host's follower to hand over an Xid (it reads the
 #: kernel log as it is written: a GPU that fell off the bus fails the training before the Xid is through).

@@ -33,14 +33,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .judge import Baseline
-from ..wire.detector_list import DetectorSettings
 from ..wire import protocol as p
+from ..wire.detector_list import DetectorSettings
 from ..wire.protocol import ATTEMPT, EVENTS
+from ..wire.records import (
+    ABORT,
+    EXIT_CODE,
+    META,
+    PROFILE,
+    command_exit_code,
+    outcome,
+    read_json,
+    read_text,
+    write_json_atomic,
+)
 from ..wire.verdict import record_view as hardware_summary
-from ..wire.records import ABORT, EXIT_CODE, META, PROFILE, command_exit_code, outcome, read_json, read_text, write_json_atomic
+from .judge import Baseline
 from .telemetry import Sample, read_samples
 
 __all__ = ["baseline_from_config", "baseline_from_profile", "build_profile", "find_baseline", "keep_profile",
@@ -122,7 +132,7 @@ def _sha256(data: bytes) -> str:
 def logged_findings(run_dir: str, limit: int = 1 << 24) -> List[str]:
     """The detector rules its watchdog reported as matches in the current attempt (events.jsonl; a detector's
     match carries figures)."""
-    found = set()
+    found: Set[str] = set()
     try:
         with open(os.path.join(run_dir, EVENTS), "rb") as fh:
             for raw in iter(lambda: fh.readline(1 << 20), b""):

@@ -13,17 +13,17 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from ..system.procs import die_with_parent
 from ..wire import protocol as p
+from ..wire.health import SLOWDOWN
+from ..wire.hostwire import HOST_LOG, HostLog, read_host_log
+from ..wire.records import read_json
 from ..wire.watchfile import WatchConfig
-from .gpu_apps import ProcessLoop
 from .cacheshare import CacheSharing
 from .cachewatch import CacheWatcher
 from .detectors import Detectors, Finding, heartbeat
-from ..system.procs import die_with_parent
+from .gpu_apps import ProcessLoop
 from .profile import baseline_from_config, keep_profile, pick_baseline, run_digest
-from ..wire.hostwire import HOST_LOG, HostLog, read_host_log
-from ..wire.records import read_json
-from ..wire.health import SLOWDOWN
 from .sampler import REFUSED, HealthSample, Sampler
 from .telemetry import TelemetryLog
 from .throughput import FIGURE, Figures, parse_figure
@@ -117,7 +117,7 @@ class Quiet:
 
     def tick(self, now: float) -> List[Finding]:
         """Read what arrived, judge; the findings that begin now."""
-        if self.sampler is not None:
+        if self.sampler is not None and self.processes is not None:  # (both, where the run has GPUs)
             self.processes.poll(now)
             if self.processes.uuids and "uuids" not in self.last:  # each GPU's UUID (the metrics' uuid label)
                 self.last["uuids"] = {str(i): u for u, i in self.processes.uuids.items()}
@@ -176,7 +176,7 @@ class Quiet:
 
     def fds(self) -> List[int]:
         """The samplers' pipes: the watchdog's wait ends when a sample arrives."""
-        if self.sampler is None:
+        if self.sampler is None or self.processes is None:
             return []
         return self.sampler.fds() + self.processes.fds()
 
@@ -196,7 +196,7 @@ class Quiet:
 
     def finish(self) -> Dict[str, Any]:
         """Stop sampling and keep the run's profile (what later runs are judged against)."""
-        if self.sampler is not None:
+        if self.sampler is not None and self.processes is not None:
             self.sampler.stop()
             self.processes.stop()
         settle = self.detectors.settle()  # the profile's steady part starts after it (its own default: none judged)

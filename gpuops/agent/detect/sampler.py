@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import IO, Dict, List, Optional, Tuple
 
 from ..system.procs import die_with_parent, end_child
 from ..wire.health import LOOP_HEALTH, GpuHealth, LostGpu, parse_health, refused_field, without
@@ -44,7 +44,7 @@ class Sampler:
     def __init__(self, gpus: List[int], interval: float, health: bool = True) -> None:
         self.gpus, self.interval = gpus, interval
         self.fields: Tuple[str, ...] = tuple(SAMPLE_FIELDS.split(",")) + (LOOP_HEALTH if health else ())
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.buf = b""
         self.rows: Dict[int, bytes] = {}
         self.lost: Dict[str, LostGpu] = {}
@@ -64,10 +64,14 @@ class Sampler:
         except OSError as exc:
             self.problem, self.down_since = "nvidia-smi cannot run: %s" % (exc.strerror or exc), now
             return
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        os.set_blocking(self._out().fileno(), False)
+
+    def _out(self) -> IO[bytes]:
+        assert self.proc is not None and self.proc.stdout is not None  # started with stdout=PIPE
+        return self.proc.stdout
 
     def fds(self) -> List[int]:
-        return [self.proc.stdout.fileno()] if self.proc is not None else []
+        return [self._out().fileno()] if self.proc is not None else []
 
     def poll(self, now: float) -> List[Reading]:
         """The complete samples that arrived."""
@@ -76,7 +80,7 @@ class Sampler:
                 self.start(now)
             return []
         try:
-            raw = self.proc.stdout.read()  # None: nothing yet; b"": its pipe closed
+            raw = self._out().read()  # None: nothing yet; b"": its pipe closed
         except OSError:
             raw = None
         self.buf += raw or b""

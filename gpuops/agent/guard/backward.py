@@ -16,10 +16,9 @@ import os
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Set
 
-from . import rwlock
-from . import counts
+from . import counts, rwlock
 
 DEFAULT_WAIT = 300.0
 
@@ -66,7 +65,8 @@ def _tensors(result: Any, out: List[Any], depth: int = 0) -> List[Any]:
 def compiled_nodes(result: Any) -> List[Any]:
     """The compiled autograd nodes nearest the result's tensors (AOTAutograd's CompiledFunctionBackward)."""
     stack = [t.grad_fn for t in _tensors(result, [])]
-    found, seen = [], set()
+    found: List[Any] = []
+    seen: Set[int] = set()
     while stack and len(seen) < WALK:
         node = stack.pop()
         if node is None or id(node) in seen:

@@ -8,6 +8,8 @@ chain on the common path: a positional tensor costs four attribute reads and a s
 
 from __future__ import annotations
 
+from typing import List
+
 #: Types whose instances are keyed by value (dynamo specializes on these values).
 SCALARS = {int: 1, float: 1, bool: 1, str: 1, type(None): 1, bytes: 1, complex: 1}
 #: type -> kind, filled as types are met: "t" tensor, "v" by value, "c" tuple/list, "d" dict, "o" by type.
@@ -52,7 +54,7 @@ def one(a: object) -> object:
 def key_of(args: tuple, kwargs: dict) -> tuple:
     """The key of a call's positional and keyword arguments."""
     kinds = KINDS
-    parts = []
+    parts: List[object] = []
     for a in args:
         t = type(a)
         kind = kinds.get(t)

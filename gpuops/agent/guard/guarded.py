@@ -11,10 +11,7 @@ import sys
 import time
 from _thread import get_ident
 
-from . import call_signature
-from . import backward
-from . import rwlock
-from . import counts
+from . import backward, call_signature, counts, rwlock
 
 _READERS, _BUSY, _WRITER = rwlock.READERS, rwlock.BUSY, rwlock.WRITER
 _skipped = [False]

@@ -7,7 +7,9 @@ torch pays one string comparison per import; after torch ran the finder takes it
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, List
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any, Callable, List, Optional, Sequence
 
 
 class _PatchingLoader:
@@ -40,7 +42,8 @@ class TorchFinder:
     def __init__(self) -> None:
         self.callbacks: List[Callable[[Any], None]] = []  # what runs once torch's module ran, in order
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
         if name != "torch":
             return None
         for finder in sys.meta_path:

@@ -37,7 +37,7 @@ def apply(torch: Any) -> None:
 
     timeout = timedelta(seconds=value)
     for name in _HOLDERS:
-        module = sys.modules.get(name)
+        module: Any = sys.modules.get(name)  # torch's: no types for it here
         if module is None:
             continue
         if hasattr(module, "default_pg_timeout"):

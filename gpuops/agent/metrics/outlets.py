@@ -151,6 +151,7 @@ class Outlet:
             with self.cond:
                 self.cond.wait_for(lambda: self.pending is not None)
                 text, self.pending, self.busy = self.pending, None, True
+            assert text is not None  # waited for
             try:
                 self.deliver(text)
                 failed = None

@@ -19,8 +19,8 @@ from .. import LIB
 from ..wire import protocol as p
 from ..wire.metric_table import RunSnapshot, render
 from ..wire.watchfile import WatchConfig
-from .reading import Reader
 from .outlets import Outlet, group_url, push, sweep, textfile_name, write_textfile
+from .reading import Reader
 
 #: The Pushgateway hears from a live run at least this often (seconds), changed or not.
 PUSH_EVERY = 30.0

@@ -33,6 +33,12 @@ def known_rules(cfg: WatchConfig) -> Set[str]:
             | {p.RESTART_STALL, p.RESTART_FAILED} | set(STOP_REASONS))
 
 
+def _dict(record: Dict[str, Any], key: str) -> Dict[str, Any]:
+    """record[key] where it is a mapping, else {} (a record from an older or newer gpuops)."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _mtime(path: str) -> Optional[float]:
     try:
         return os.stat(path).st_mtime
@@ -78,12 +84,12 @@ class EventTally:
             return
         kind = ev.get("event")
         if kind == "match":
-            rule = ev.get("rule") if ev.get("rule") in self.rules else "other"
-            action = ev.get("action") if ev.get("action") in ("abort", "warn") else "other"
+            rule = str(ev.get("rule")) if ev.get("rule") in self.rules else "other"
+            action = str(ev.get("action")) if ev.get("action") in ("abort", "warn") else "other"
             self.matches[(rule, action)] = self.matches.get((rule, action), 0) + 1
         elif kind in ("notify_sent", "notify_failed") and ev.get("channel") is not None:
-            what = ev.get("what") if ev.get("what") in p.NOTIFY_WHATS + (p.NOTIFY_TEST,) else "other"
-            via = ev.get("via") if ev.get("via") in channel_list.kinds() else "other"
+            what = str(ev.get("what")) if ev.get("what") in p.NOTIFY_WHATS + (p.NOTIFY_TEST,) else "other"
+            via = str(ev.get("via")) if ev.get("via") in channel_list.kinds() else "other"
             counts = self.notified.setdefault((what, via), [0, 0])
             counts[0 if kind == "notify_sent" else 1] += 1
 
@@ -150,14 +156,14 @@ class Reader:
         """The run now. `beat`: the heartbeat record (read from watchdog.json when not given); `live`: the run
         goes on; `at_scrape`: the heartbeat's age is worked out too (a scrape reads it at once)."""
         beat = beat if beat is not None else read_json(os.path.join(self.d, p.WATCHDOG)) or {}
-        tele = beat.get("telemetry") if isinstance(beat.get("telemetry"), dict) else {}
-        base = tele.get("baseline") if isinstance(tele.get("baseline"), dict) else {}
+        tele = _dict(beat, "telemetry")
+        base = _dict(tele, "baseline")
         cfg, job = self.cfg, self.cfg.job
         state, code, ended_at = self.state(beat, live)
         attempt = int(beat.get("attempt") or (read_json(os.path.join(self.d, p.ATTEMPT)) or {}).get("attempt") or 1)
         aborts, restarts = self.counts(attempt)
         self.events.read(read_limit)
-        stall = beat.get("stall") if isinstance(beat.get("stall"), dict) else {}
+        stall = _dict(beat, "stall")
         throughput_cfg = cfg.detectors.of("throughput")
         heartbeat_at = _number(beat.get("ts"))
         log_mtime = _mtime(os.path.join(self.d, p.LOG))
@@ -184,11 +190,11 @@ class Reader:
 
     def gpus(self, tele: Dict[str, Any], base: Dict[str, Any], live: bool) -> list:
         """The run's GPUs as last sampled (an ended run's GPUs keep their UUIDs, not their last samples)."""
-        samples = tele.get("gpus") if isinstance(tele.get("gpus"), dict) else {}
-        procs = tele.get("processes") if isinstance(tele.get("processes"), dict) else {}
-        levels = base.get("gpu_memory") if isinstance(base.get("gpu_memory"), dict) else {}
-        uuids = tele.get("uuids") if isinstance(tele.get("uuids"), dict) else {}
-        health = tele.get("health") if isinstance(tele.get("health"), dict) else {}  # GPU -> {counter key: value}
+        samples = _dict(tele, "gpus")
+        procs = _dict(tele, "processes")
+        levels = _dict(base, "gpu_memory")
+        uuids = _dict(tele, "uuids")
+        health = _dict(tele, "health")  # GPU -> {counter key: value}
         out = []
         for gpu in sorted(set(self.cfg.gpus) | {int(k) for k in samples if str(k).isdigit()}):
             key = str(gpu)

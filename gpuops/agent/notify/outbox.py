@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Optional, Set
 
 from .. import LIB
 from ..wire import protocol as p
-from ..wire.watchfile import WatchConfig
 from ..wire.masking import Masker
+from ..wire.watchfile import WatchConfig
 from .payload import build, key_of, what_of
 
 QUEUED, SENT, FAILED, DONE = "queued", "sent", "failed", "done"

@@ -7,9 +7,9 @@ import time
 from typing import Any, Dict, Optional
 
 from ..wire import protocol as p
-from ..wire.records import outcome, read_json, read_text, command_exit_code
-from ..wire.watchfile import WatchConfig
+from ..wire.records import command_exit_code, outcome, read_json, read_text
 from ..wire.verdict import record_view, record_words
+from ..wire.watchfile import WatchConfig
 from .said import clean
 
 #: The events a channel may be told of (playbook `notify[].on`), and the default (both sides read them in the wire).

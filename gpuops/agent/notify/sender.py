@@ -21,13 +21,12 @@ import threading
 import time
 from typing import Any, Dict, List
 
+from ..run.prepare import append_event
+from ..wire import marks, watchfile
 from ..wire import protocol as p
-from ..wire import marks
-from ..wire import watchfile
 from ..wire.channel_list import Channel, longest_try
 from ..wire.masking import Masker
 from ..wire.records import read_json
-from ..run.prepare import append_event
 from . import deliver, outbox
 from .payload import test_payload
 

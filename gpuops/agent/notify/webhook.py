@@ -61,6 +61,8 @@ class _Sockets:
 
 def _registering(base: Any, socks: _Sockets) -> Any:
     class Connection(base):  # type: ignore[misc, valid-type]
+        _create_connection: Callable[..., socket.socket]  # http.client's, typed (the base is http's, given)
+
         def connect(self) -> None:
             create = self._create_connection
             self._create_connection = lambda *a, **k: socks.add(create(*a, **k))

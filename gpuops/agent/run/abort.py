@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -21,15 +22,17 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .. import SH
-from ..wire import protocol as p
-from ..wire import marks, watchfile
 from ..system import tmux
-from .attempt import current as current_attempt, due as restart_due, finish_step, moved_on, step_lock
-from .prepare import append_event
-from ..wire.watchfile import WatchConfig
 from ..system.procs import parents, run_of, running, started_at
+from ..wire import marks, watchfile
+from ..wire import protocol as p
 from ..wire.records import read_json, write_json_atomic
 from ..wire.smi import APP_FIELDS, GPU_FIELDS, SmiError, parse_gpus, parse_sample, sample_argv
+from ..wire.watchfile import WatchConfig
+from .attempt import current as current_attempt
+from .attempt import due as restart_due
+from .attempt import finish_step, moved_on, step_lock
+from .prepare import append_event
 
 DRAIN_TIMEOUT = 30.0
 POLL = 0.02
@@ -373,7 +376,7 @@ def tool_abort(argv: List[str]) -> int:
             _say(marks.mark("claimed", json.dumps(current, sort_keys=True)))
             done = stop_run(d, cfg)
             break
-        done = wait_or_finish(d, cfg, grace + 90.0, lambda: moved_on(d, attempt))
+        done = wait_or_finish(d, cfg, grace + 90.0, functools.partial(moved_on, d, attempt))
         if not _restarted_meanwhile(d, cfg, attempt):
             _say(marks.mark("already", json.dumps(current, sort_keys=True)))
             break

@@ -36,7 +36,8 @@ def _causes(d: str) -> Tuple[Optional[str], Optional[str]]:
 def take(d: str, cfg: WatchConfig, run_id: str, gather: Optional[Gather] = None
          ) -> Tuple[Optional[List[Dict[str, Any]]], Optional[Dict[str, Any]]]:
     """(the stacks taken, None where not asked; the job's verdict, None where none is read)."""
-    from .stacks import take as take_stacks, wanted
+    from .stacks import take as take_stacks
+    from .stacks import wanted
 
     reason, first = _causes(d)
     stacks = None

@@ -18,11 +18,11 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from ..wire import protocol as p
-from ..wire.records import read_json, read_text
 from ..detect.profile import build_profile
 from ..detect.telemetry import Sample, read_samples
 from ..system import tmux
+from ..wire import protocol as p
+from ..wire.records import read_json, read_text
 
 #: Points per plotted series: a week of 2 s samples is 300,000; a plot is ~1,000 pixels wide.
 MAX_POINTS = 1500
@@ -94,7 +94,7 @@ def _stacks(d: str, current: int) -> List[Dict[str, Any]]:
     per: Dict[int, int] = {}
     total = 0
     for row in recorded(d):
-        n = row.get("attempt") if isinstance(row.get("attempt"), int) else current
+        n = got if isinstance(got := row.get("attempt"), int) else current
         per[n] = per.get(n, 0) + 1
         if per[n] > MAX_STACKS:
             continue
@@ -136,7 +136,7 @@ def collect(d: str) -> Dict[str, Any]:
     """The report's material from run directory `d` (see the module docstring)."""
     meta = read_json(os.path.join(d, p.META)) or {}
     attempt = read_json(os.path.join(d, p.ATTEMPT)) or {}
-    n = attempt.get("attempt") if isinstance(attempt.get("attempt"), int) else 1
+    n = got if isinstance(got := attempt.get("attempt"), int) else 1
     session = str(meta.get("session") or "")
     alive = bool(session) and tmux.alive(session)
     profile = read_json(os.path.join(d, p.PROFILE)) or build_profile(d, session_alive=alive)

@@ -13,11 +13,11 @@ import os
 import sys
 from typing import Any, Dict, List
 
-from ..wire import protocol as p
 from ..detect.profile import build_profile
+from ..system import tmux
+from ..wire import protocol as p
 from ..wire.records import outcome, read_json, read_text
 from ..wire.verdict import record_view
-from ..system import tmux
 
 
 def runs(limit: int, home: str = "", playbook: str | None = None) -> List[Dict[str, Any]]:

@@ -155,7 +155,9 @@ class Link:
     def listen(self) -> None:
         for raw in sys.stdin.buffer:
             msg = jobwire.parse(raw)
-            kind = msg.get("kind") if msg is not None else None
+            if msg is None:
+                continue
+            kind = msg.get("kind")
             if kind == "publish":
                 self.publish(msg.get("record") or {})
             elif kind == "summary":

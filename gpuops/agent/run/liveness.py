@@ -24,10 +24,10 @@ import os
 import select
 from typing import List, Optional, Sequence
 
-from ..wire import protocol as p
 from ..system import tmux
 from ..system.procs import running
 from ..system.wake import HANGUPS
+from ..wire import protocol as p
 
 #: Seconds between tmux checks while nothing is known for sure (no pane pid yet, or it ended).
 CHECK_EVERY = 0.5

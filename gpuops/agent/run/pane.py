@@ -29,7 +29,7 @@ import signal
 import sys
 import termios
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from ..wire import protocol as p
 from ..wire import watchfile
@@ -75,7 +75,7 @@ def _raw_input(fd: int) -> Optional[list]:
         old = termios.tcgetattr(fd)
     except termios.error:
         return None
-    new = [list(x) if isinstance(x, list) else x for x in old]
+    new: List[Any] = [list(x) if isinstance(x, list) else x for x in old]  # termios' mixed list
     new[0] &= ~(termios.IGNBRK | termios.BRKINT | termios.PARMRK | termios.ISTRIP | termios.INLCR | termios.IGNCR
                 | termios.ICRNL | termios.IXON)
     new[3] &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.ISIG | termios.IEXTEN)

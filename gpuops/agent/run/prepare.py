@@ -13,9 +13,8 @@ import os
 import sys
 from typing import Any, Dict
 
+from ..wire import marks, watchfile
 from ..wire import protocol as p
-from ..wire import marks
-from ..wire import watchfile
 from ..wire.records import write_json_atomic
 
 #: The records `record` may rewrite (the others are written once, by their owners).

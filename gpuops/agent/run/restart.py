@@ -18,11 +18,11 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from .. import SH
-from ..wire import protocol as p
 from ..system import tmux
-from ..wire.watchfile import Restart, WatchConfig, Warmup
-from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, moved_on, step_lock  # noqa: F401
+from ..wire import protocol as p
 from ..wire.records import command_exit_code, outcome, read_json, read_text, write_json_atomic, write_state
+from ..wire.watchfile import Restart, Warmup, WatchConfig
+from .attempt import FOR_GOOD, current, due, ended_by, file_away, finish_step, moved_on, step_lock  # noqa: F401
 
 POLL = 0.1
 def begin_next(d: str, cfg: WatchConfig, after: str, say: Callable[..., None]) -> Dict[str, Any]:

@@ -22,8 +22,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..system.procs import descendants, marked, running
-from ..wire import protocol as p
 from ..wire import marks
+from ..wire import protocol as p
 from ..wire import stackfile as sf
 from ..wire.flight import FIFO_SUFFIX
 from ..wire.records import read_json

@@ -14,12 +14,10 @@ import sys
 import time
 from typing import List
 
-from .. import LIB
-from .. import SH
-from ..wire import protocol as p
-from ..wire import marks
+from .. import LIB, SH
 from ..system import tmux
-from ..wire import watchfile
+from ..wire import marks, watchfile
+from ..wire import protocol as p
 from ..wire.records import read_json, read_text
 from .attempt import current
 
@@ -72,8 +70,8 @@ def start_training(run_id: str, d: str, session: str) -> subprocess.CompletedPro
     """Training (sh/run.sh) in its detached tmux session, and the `started` record once the session exists
     (also how the watchdog starts a restarted attempt)."""
     if watchfile.read_or_default(d).job is not None:  # a node of a torchrun job: a fresh rendezvous per attempt
-        from .attempt import current
         from ..wire.jobwire import rdzv_id
+        from .attempt import current
 
         with open(os.path.join(d, p.RDZV_ID), "w") as fh:
             fh.write(rdzv_id(run_id, int(current(d)["attempt"])) + "\n")

@@ -24,7 +24,10 @@ import os
 import select
 import struct
 import time
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
+
+if TYPE_CHECKING:
+    import ctypes
 
 POLL = 0.02
 #: While a watched file keeps changing, at most one wake per GATHER seconds (its writes read together).
@@ -46,7 +49,7 @@ NO_INOTIFY_ENV = "GPUOPS_AGENT_NO_INOTIFY"
 HANGUPS = hasattr(select, "poll")
 
 
-def _libc() -> Optional[object]:
+def _libc() -> Optional[ctypes.CDLL]:
     """libc's inotify calls, or None where there are none (not Linux, no ctypes, turned off)."""
     if os.environ.get(NO_INOTIFY_ENV) == "1":
         return None

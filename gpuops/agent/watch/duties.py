@@ -12,8 +12,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Type, TypeVar
 
-from ..run import restart as restarts
 from ..detect import hardware
+from ..run import restart as restarts
 from ..run.abort import claimer_dead, finish_orphan
 from ..wire import protocol as p
 from ..wire.records import read_json, write_state

@@ -14,13 +14,13 @@ import threading
 import time
 from typing import BinaryIO, Optional
 
-from ..wire import protocol as p
-from ..wire import watchfile
 from ..run.abort import claimer_dead, finish_orphan
-from .logfile import LogFile
 from ..run.liveness import Liveness
 from ..system.procs import running
 from ..system.wake import Waker
+from ..wire import protocol as p
+from ..wire import watchfile
+from .logfile import LogFile
 
 #: Once the run ended, wait at most this long for a live watchdog to write its last records.
 WATCHDOG_GRACE = 15.0

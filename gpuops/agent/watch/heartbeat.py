@@ -12,9 +12,9 @@ import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..run.prepare import append_event
 from ..wire import protocol as p
 from ..wire.detector_list import finding_key
-from ..run.prepare import append_event
 
 #: Events a full disk keeps waiting to be written (the oldest beyond are dropped).
 MAX_PENDING = 1000
@@ -51,7 +51,7 @@ class EventLog:
         self.listener = listener  # told of each event written (the notifier: agent/notify/outbox.py)
         self.reported: set = set()
         self.findings: set = set()  # (detector rule, gpu, its Xid or counter) reported
-        self.counts: Dict[str, int] = {}
+        self.counts: Dict[Optional[str], int] = {}  # a match's rule (None: unnamed)
         try:
             with open(self.path, "rb") as fh:
                 for raw in fh:

@@ -67,11 +67,13 @@ class JobLink:
             return
         err = open(os.path.join(self.wd.d, p.JOB_LINK_LOG), "ab")
         try:
-            self.proc = subprocess.Popen(["bash", os.path.join(SH, "job_store.sh"), self.wd.run_id], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(["bash", os.path.join(SH, "job_store.sh"), self.wd.run_id], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
         finally:
             err.close()
-        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.proc = proc
+        assert proc.stdout is not None  # stdout=PIPE
+        os.set_blocking(proc.stdout.fileno(), False)
 
     def fds(self) -> List[int]:
         """What the watchdog's wait also waits on; asked before each wait, it starts the link on the first

@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any, BinaryIO, Optional, Tuple
 
-from ..wire import protocol as p
 from ..system.procs import marked
+from ..wire import protocol as p
 
 #: Bytes before the offset that must be unchanged for the log to be the one read so far.
 FINGERPRINT = 64
@@ -61,6 +61,7 @@ class LogFile:
 
     # -- what happened to the file -----------------------------------------------------------
     def _open(self) -> Optional[str]:
+        fh: Optional[BinaryIO]
         try:
             fh = open(self.path, "rb")
         except OSError:

@@ -22,9 +22,9 @@ import time
 from typing import Any, List, Optional
 
 from .. import LIB
+from ..run.prepare import append_event
 from ..wire import protocol as p
 from ..wire.records import read_json
-from ..run.prepare import append_event
 
 #: Restart delays: quick after a kill; backing off (never past 4 s) while the watchdog keeps crashing.
 FIRST_DELAY, MAX_DELAY = 0.2, 4.0
@@ -99,10 +99,12 @@ def main(argv: List[str]) -> int:
     restarts = fast = 0
     while not stopping[0]:
         started = time.monotonic()
-        child[0] = subprocess.Popen(watchdog_argv(run_id), cwd=LIB, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-        frozen = watch_child(child[0], stopping)
-        child[0].stdout.close()
-        code = child[0].returncode
+        proc = child[0] = subprocess.Popen(watchdog_argv(run_id), cwd=LIB, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE)
+        frozen = watch_child(proc, stopping)
+        assert proc.stdout is not None  # stdout=PIPE
+        proc.stdout.close()
+        code = proc.returncode
         if stopping[0] or done(d):
             return 0
         if not os.path.isdir(d):  # the run's records were deleted: nothing is left to watch or write

@@ -18,28 +18,28 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-from ..wire import protocol as p
-from ..run import restart as restarts
-from ..wire import watchfile
-from ..wire.watchfile import WatchConfig
-from ..run.abort import claim, reap, stop_run
-from .duties import DUTIES, D, Duty, Heartbeat, Metrics, Pass, Stall
-from .logfile import LogFile
-from ..run.liveness import Liveness
-from ..wire.masking import Masker
-from ..detect.detectors import figure_rules
 from ..detect import hardware
+from ..detect.detectors import figure_rules
 from ..detect.quiet_failures import Quiet
-from ..wire.records import read_json, read_text
+from ..notify.outbox import Notifier
+from ..run import restart as restarts
+from ..run.abort import claim, reap, stop_run
+from ..run.liveness import Liveness
 from ..run.prepare import append_event, set_aside
+from ..system.wake import Waker
+from ..wire import protocol as p
+from ..wire import watchfile
 from ..wire.builtin_rules import advice
 from ..wire.detector_list import finding_key
-from ..wire.stall import StallClock
-from ..system.wake import Waker
+from ..wire.masking import Masker
+from ..wire.records import read_json, read_text
 from ..wire.ruleset import build_matcher
+from ..wire.stall import StallClock
+from ..wire.watchfile import WatchConfig
+from .duties import DUTIES, D, Duty, Heartbeat, Metrics, Pass, Stall
 from .heartbeat import EventLog, Pulse
-from ..notify.outbox import Notifier
 from .joblink import JobLink
+from .logfile import LogFile
 
 READ = 1 << 20
 #: After this many reports of one warn rule, further matches are counted, not reported.
@@ -353,8 +353,12 @@ def main(argv: list) -> int:
         append_event(d, event, **data)
         notifier.saw(event, data)
 
+    def beat(rec: Dict[str, Any]) -> None:
+        if restarts.heartbeat(d, rec):  # it beat: the supervisor is pulsed (a wait is no freeze)
+            pulse.beat()
+
     while True:
-        ready = restarts.carry_out(d, cfg, lambda rec: restarts.heartbeat(d, rec) and pulse.beat(), say)
+        ready = restarts.carry_out(d, cfg, beat, say)
         wd = Watchdog(d, cfg, notifier)
         if not ready:  # stopped (or failed to start) while the next attempt waited: the run ends here
             wd.finish()

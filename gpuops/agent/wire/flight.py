@@ -63,7 +63,7 @@ def backend_of(profiling_name: Any) -> Optional[str]:
 
 
 def _entry(e: Dict[str, Any]) -> Dict[str, Any]:
-    pg = e.get("process_group") if isinstance(e.get("process_group"), list) else [e.get("pg_id"), None]
+    pg = got if isinstance(got := e.get("process_group"), list) else [e.get("pg_id"), None]
     return {"seq": _int(e.get("collective_seq_id")), "op": op_of(e.get("profiling_name")),
             "backend": backend_of(e.get("profiling_name")), "pg": str(pg[0]) if pg and pg[0] is not None else "?",
             "pg_desc": str(pg[1]) if len(pg) > 1 and pg[1] is not None else None, "state": e.get("state"),

@@ -22,11 +22,11 @@ MARKS = frozenset({
     "need-lib",
     # probe.sh
     "now", "gpus", "gpus_rc", "apps", "apps_rc", "nosmi", "notmux", "nopython", "python", "session", "alive",
-    "locked", "run", "meta", "exit", "started", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
+    "locked", "run", "meta", "exit", "abort", "abort_done", "log", "watchdog", "watchdog_pid", "samples", "samples_end",
     "guard_counts",
     # lock.sh
     "busy", "stale", "gpu-held", "locked-ok",
-    # kill_marked.sh, abort, start
+    # kill_marked.sh, abort, start (probe.sh says "started" too)
     "killed", "survivors", "session-gone", "gpus-after", "stopped", "session-exists", "started", "watchdog-failed",
     "aborted", "already", "claimed", "prepared", "recorded",
     # stacks

@@ -15,8 +15,24 @@ from typing import Optional
 
 from .exits import ExitCode  # noqa: F401  (the contract's exit codes, one definition for both sides)
 from .frames import (  # noqa: F401  (the wire's names, one import for both sides)
-    FRAME_DATA, FRAME_END, FRAME_EVENTS, FRAME_HEARTBEAT, FRAME_ROTATED, FRAME_TRUNCATED, Data, Ended, Frame,
-    FrameReader, Heartbeat, Reset, WatchdogEvent, data_frame, end_frame, events_frame, heartbeat_frame, rotated_frame,
+    FRAME_DATA,
+    FRAME_END,
+    FRAME_EVENTS,
+    FRAME_HEARTBEAT,
+    FRAME_ROTATED,
+    FRAME_TRUNCATED,
+    Data,
+    Ended,
+    Frame,
+    FrameReader,
+    Heartbeat,
+    Reset,
+    WatchdogEvent,
+    data_frame,
+    end_frame,
+    events_frame,
+    heartbeat_frame,
+    rotated_frame,
     truncated_frame,
 )
 

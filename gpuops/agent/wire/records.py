@@ -17,9 +17,8 @@ __all__ = [
 ]
 
 from . import protocol as p
-from .protocol import ABORT, EXIT_CODE, LOG, META, PROFILE, SAMPLES, SAMPLES_COARSE  # the names' one home
-from .protocol import RunState
 from .detector_list import hardware_rules
+from .protocol import ABORT, EXIT_CODE, LOG, META, PROFILE, SAMPLES, SAMPLES_COARSE, RunState  # the names' one home
 
 #: abort.json reason -> (outcome, exit code); any other reason is a matched rule.
 _ABORT_OUTCOMES = {

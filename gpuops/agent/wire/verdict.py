@@ -140,7 +140,7 @@ def _slowdowns(h: GpuHealth) -> List[Problem]:
     found = []
     mask = h.mask
     if mask is not None and mask & SLOWDOWN:
-        active = [r for r in reasons(mask & SLOWDOWN)]
+        active = list(reasons(mask & SLOWDOWN))
         found.append(Problem("clocks_event_reasons.active", "0x%016X" % mask, WARN, "clocks slowed: %s" % ", ".join(active),
                              "check the GPU's cooling and power delivery (a run on it is slower)"))
     link = h.link()
@@ -178,8 +178,8 @@ def _when(t: Optional[float]) -> str:
 
 def record_view(record: Dict[str, Any]) -> Dict[str, Any]:
     """A hardware.json record as `status`, `runs`, the summary and the notification carry it (`hardware`)."""
-    xid = record.get("xid") if isinstance(record.get("xid"), dict) else None
-    gpu = record.get("gpu") if isinstance(record.get("gpu"), dict) else {}
+    xid = got if isinstance(got := record.get("xid"), dict) else None
+    gpu = on if isinstance(on := record.get("gpu"), dict) else {}
     return {"rule": record.get("rule"), "gpu": {k: gpu.get(k) for k in ("index", "bus_id", "uuid")},
             "xid": None if xid is None else {k: xid.get(k) for k in ("code", "name", "resolution", "line", "t")},
             "counter": record.get("counter"), "value": record.get("value"), "message": record.get("message"),

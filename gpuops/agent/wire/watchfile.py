@@ -20,7 +20,9 @@ from . import protocol as p
 from .channel_list import Channel, by_kind
 from .detector_list import DETECTORS, DetectorSettings
 from .records import read_json
-from .stackfile import OFF as STACKS_OFF, ON_STALL, POLICIES as STACKS_POLICIES  # noqa: F401
+from .stackfile import OFF as STACKS_OFF  # noqa: F401
+from .stackfile import ON_STALL
+from .stackfile import POLICIES as STACKS_POLICIES
 
 #: abort: the signal (a name without SIG) sent to the run first, and the seconds it gets to end.
 ABORT_SIGNAL = "INT"

@@ -13,7 +13,7 @@ import time
 from gpuops.errors import worst_exit
 
 
-def run_health(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, window: float,
+def run_health(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, every: bool, window: float | None,
                as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 

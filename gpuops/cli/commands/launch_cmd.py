@@ -8,12 +8,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gpuops.client.selection import load_plays
 from gpuops.cli.flows.run_flow import drive, each_target, interrupted_abort, renderer
 from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of, signals_deferred
-from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.client.selection import load_plays
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report
@@ -24,9 +24,9 @@ def run_launch(inventory: str | None, playbook: str | None, targets: tuple[str, 
                detach: bool, dry_run: bool, yes: bool, timeout: float | None, as_json: bool, verbose: bool,
                report: Report = NO_REPORT, stop_on_exit: bool = False) -> int:
     if dry_run:
-        from gpuops.cli.flows.dry_run import dry_run
+        from gpuops.cli.flows.dry_run import dry_run as print_dry_run
 
-        return dry_run(inventory, playbook, targets, every, as_json)
+        return print_dry_run(inventory, playbook, targets, every, as_json)
     plays = load_plays(inventory, playbook, targets, every)
     from gpuops.cli.flows.job_flow import run_job
     from gpuops.client.nodes import is_job

@@ -7,18 +7,18 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gpuops.client.selection import load_plays
 from gpuops.cli.flows.run_flow import drive, each_target, interrupted_abort, renderer
-from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.cli.flows.which_run import check_run_id, pick, recorded_outcome
+from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.cli.signals import cause_of, code_of, outcome_of
-from gpuops.errors import ExitCode, UsageError
 from gpuops.client.events import Event, Outcome
+from gpuops.client.selection import load_plays
+from gpuops.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
+    from gpuops.agent.wire.runinfo import RunInfo
     from gpuops.cli.roles import Render, Report
     from gpuops.client.play import Play
-    from gpuops.agent.wire.runinfo import RunInfo
 
 
 def current_run(play: Play) -> RunInfo:

@@ -47,7 +47,7 @@ def run_metrics(inventory: str | None, playbook: str | None, names: tuple[str, .
     finally:
         pool.close()
     codes, runs = [], []
-    for target, (rows, error) in zip(targets, results):
+    for target, (rows, error) in zip(targets, results, strict=True):
         if error is not None:
             codes.append(error.exit_code)
             sys.stderr.write(f"gpuops: error: {error}\n" + (f"hint: {error.hint}\n" if error.hint else ""))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.cli.flows.run_flow import drive, each_target, renderer
+from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.client.selection import load_plays
 
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ import functools
 from typing import TYPE_CHECKING, Any, Iterator
 
 from gpuops.cli.flows.run_flow import drive, each_target, renderer
-from gpuops.cli.reports.junit import NO_REPORT
-from gpuops.client.selection import load_plays
 from gpuops.cli.flows.which_run import check_run_id, pick
+from gpuops.cli.reports.junit import NO_REPORT
 from gpuops.client.events import Event, Outcome
+from gpuops.client.selection import load_plays
 from gpuops.errors import ExitCode, NoRun, UsageError
 
 if TYPE_CHECKING:

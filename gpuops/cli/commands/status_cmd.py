@@ -17,9 +17,8 @@ if TYPE_CHECKING:
 
 def run_status(inventory: str | None, playbook: str | None, names: tuple[str, ...], *, refresh_every: float | None,
                as_json: bool, verbose: bool = False, every: bool = False) -> int:
-    from gpuops.transport import Pool
-
     from gpuops.client.selection import select_targets
+    from gpuops.transport import Pool
 
     sel = select_targets(inventory, playbook, names, every)
     inv, pb, targets = sel.inventory, sel.playbook, sel.targets

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from gpuops.cli.renderers import style as looks
 from gpuops.errors import ExitCode, UsageError
@@ -20,10 +21,9 @@ def run_validate(inventory: str | None, playbook: str | None, target: str | None
         raise UsageError("nothing to validate: pass --inventory and/or --playbook")
     checked: list[str] = []
     inv = pb = None
-    views: list[dict] = []
+    views: list[dict[str, Any]] = []
     if inventory:
         from gpuops.transport.describe import connection
-
         from gpuops.transport.ssh.resolve import resolve_hosts_soon
 
         inv = load_inventory(inventory)

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpuops.client.selection import load_plays
 from gpuops.client.events import Outcome
+from gpuops.client.selection import load_plays
 from gpuops.errors import ExitCode
 
 if TYPE_CHECKING:
-    from gpuops.client.play import Play
     from gpuops.cli.renderers.render import JsonRenderer
+    from gpuops.client.play import Play
 
 
 def dry_run(inventory: str | None, playbook: str | None, targets: tuple[str, ...], every: bool, as_json: bool) -> int:
-    from gpuops.client.nodes import is_job
     from gpuops.cli.renderers.render import JsonRenderer
+    from gpuops.client.nodes import is_job
 
     plays = load_plays(inventory, playbook, targets, every, dry=True)
     out = JsonRenderer(hold_summaries=len(plays) > 1) if as_json else None

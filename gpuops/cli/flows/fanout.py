@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 from gpuops.cli.signals import cause_of, code_of, outcome_of
-from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 from gpuops.client.events import Event, Outcome
+from gpuops.errors import ExitCode, GpuopsError, severity, worst_exit
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal
@@ -241,7 +241,8 @@ class Fanout:
             order = {w.name: i for i, w in enumerate(self.workers)}
             self.base.release(lambda obj: (severity(obj.get("exit_code", 1)), order.get(str(obj.get("target")), 0)))
         else:
-            each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})" for w, c in zip(self.workers, codes))
+            each = ", ".join(f"{w.name} {w.word or 'ended'} (exit {c})"
+                             for w, c in zip(self.workers, codes, strict=True))
             self.base.say(f"gpuops: {len(self.workers)} targets: {each}; exit {code}" + (", the worst" if len(set(codes)) > 1 else ""))
         return code
 
@@ -277,7 +278,7 @@ def _worker_main(play: Play, work: Work, fd: int, parent: int) -> NoReturn:
         code = work(play, relay)
         relay.send(("done", code, _cost(play)))
     except GpuopsError as exc:
-        exc.target = getattr(exc, "target", None) or play.target.name
+        exc.target = exc.target or play.target.name
         relay.send(("error", _carry(exc), _cost(play)))
     except KeyboardInterrupt as exc:  # before or after the work's own handling: still one result
         code, name = code_of(exc), play.target.name

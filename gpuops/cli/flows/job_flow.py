@@ -9,27 +9,28 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.cli.flows.fanout import Fanout
 from gpuops.cli.flows.run_flow import renderer
-from gpuops.errors import ExitCode, GpuopsError
 from gpuops.client.events import Outcome
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal
-    from gpuops.client.play import Play
     from gpuops.client.nodes import Node
+    from gpuops.client.play import Play
 
 
 def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: bool, verbose: bool, report: Report) -> int:
     """Start the job, then (unless detached) follow every node; the exit code is the first failing node's."""
     import time
 
-    from gpuops.client.nodes import check_nodes
     from gpuops.client.launch.nodes_launch import launch_job
+    from gpuops.client.nodes import check_nodes
 
     check_nodes(plays)
     deadline = time.monotonic() + timeout if timeout else None
     render = renderer(as_json, verbose, multi=True)
     first = plays[0].target.name
     nodes: list[Play] = []
+    started: Outcome | None = None
     try:
         gen = launch_job(plays, detach=detach, timeout=timeout)
         for item in gen:
@@ -37,14 +38,17 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
                 if detach:
                     render.outcome(item, first)
                     return item.exit_code
+                started = item
                 break
             render.event(item)
-        nodes = _node_plays(plays, item)
+        if started is None:  # launch_job's last item is its Outcome: a launch that ended without one is a bug
+            raise RuntimeError("the job's launch ended without its outcome")
+        nodes = _node_plays(plays, started)
     except GpuopsError as exc:
         from gpuops.cli.options import error_outcome
         from gpuops.cli.renderers.render import JsonRenderer
 
-        exc.target = getattr(exc, "target", None) or first
+        exc.target = exc.target or first
         if isinstance(render, JsonRenderer):  # --json
             render.outcome(error_outcome(exc.exit_code, "error", str(exc), exc.hint, exc), exc.target)
             if render.held is not None:
@@ -52,7 +56,7 @@ def run_job(plays: list[Play], *, detach: bool, timeout: float | None, as_json: 
             return exc.exit_code
         raise
     left = None if deadline is None else max(1.0, deadline - time.monotonic())
-    return follow_job(nodes, item.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
+    return follow_job(nodes, started.data["run"], render, report, as_json=as_json, verbose=verbose, timeout=left)
 
 
 def _node_plays(plays: list[Play], started: Outcome) -> list[Play]:

@@ -6,8 +6,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
+from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.cli.roles import Render, Report, Terminal
@@ -61,8 +61,8 @@ def drive(events: Iterator[Event | Outcome], render: Render, target: str, state:
             render.event(item)
     except GpuopsError as exc:
         # The boundary reports it: its JSON summary names the target and the run, as every event does.
-        exc.target = getattr(exc, "target", None) or target
-        exc.run = getattr(exc, "run", None) or state.get("run")
+        exc.target = exc.target or target
+        exc.run = exc.run or state.get("run")
         raise
     finally:
         close = getattr(events, "close", None)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuops.errors import ExitCode, NoRun, UsageError
 from gpuops.client.events import Outcome
+from gpuops.errors import ExitCode, NoRun, UsageError
 
 if TYPE_CHECKING:
-    from gpuops.client.play import Play
     from gpuops.agent.wire.runinfo import RunInfo
+    from gpuops.client.play import Play
 
 HISTORY_LIMIT = 1000  # run directories read for an id: years of runs of one session
 NAMED = 10  # runs named when an id is unknown

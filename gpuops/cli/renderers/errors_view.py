@@ -57,4 +57,4 @@ def _findings_table(findings: list[GpuCheck], thresholds: dict[str, Any]) -> str
             "ok" if f.ok else "BUSY: " + "; ".join(f.problems),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+    return "".join("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

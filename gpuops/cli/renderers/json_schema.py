@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuops.agent.wire.channel_list import kinds as channel_kinds
-from gpuops.agent.wire.detector_list import DETECTORS, notes as detector_notes, rules as detector_rules
+from gpuops.agent.wire.detector_list import DETECTORS
+from gpuops.agent.wire.detector_list import notes as detector_notes
+from gpuops.agent.wire.detector_list import rules as detector_rules
 from gpuops.agent.wire.protocol import NOTIFY_TEST, NOTIFY_WHATS, SCHEMA_VERSION, WATCHDOG_NOTES, RunState
 
 Schema = dict[str, Any]

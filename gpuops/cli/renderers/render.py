@@ -14,7 +14,6 @@ from gpuops.agent.wire.protocol import SCHEMA_VERSION
 from gpuops.cli.renderers import style as looks
 from gpuops.client.events import Event, Outcome
 
-
 _LINE_BREAKS = ("\x85", "\u2028", "\u2029")
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
@@ -121,7 +120,7 @@ def _last(text: Any) -> str:
     return lines[-1][:200] if lines else ""
 
 
-_WATCHDOG_WORDS = {
+_WATCHDOG_WORDS: dict[str, Callable[[Event], str]] = {
     "watchdog_stale": lambda ev: (
         "the run's watchdog is not answering" + (f" (last heartbeat {ev.get('age')}s ago)" if ev.get("age") is not None else "")
         + "; gpuops watches the run from here until it is back"),
@@ -254,7 +253,7 @@ class TextRenderer:
         elif k in _WATCHDOG_WORDS:
             self.say(f"{tag} " + _WATCHDOG_WORDS[k](ev))
         elif k == "watchdog" and ev.get("what") in _WATCHDOG_WORDS:
-            self.say(f"{tag} " + _WATCHDOG_WORDS[ev.get("what")](ev))
+            self.say(f"{tag} " + _WATCHDOG_WORDS[str(ev.get("what"))](ev))
         elif k == "log_missing":
             self.say(f"{tag} the run's log {ev.get('log')} is missing (deleted?): no output can be seen")
         elif k == "stall":

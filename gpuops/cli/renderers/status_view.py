@@ -10,6 +10,7 @@ from gpuops.agent.wire.verdict import record_words
 
 if TYPE_CHECKING:
     from rich.console import Group
+
     from gpuops.agent.wire.marks import ProbeReply, ProbeSession
     from gpuops.agent.wire.runinfo import RunInfo
     from gpuops.client.status import TargetStatus

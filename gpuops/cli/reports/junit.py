@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from gpuops.errors import ExitCode, GpuopsError
-from gpuops.client.events import Event, Outcome
 from gpuops.cli.reports.writable import check_writable
+from gpuops.client.events import Event, Outcome
+from gpuops.errors import ExitCode, GpuopsError
 
 if TYPE_CHECKING:
     from types import TracebackType
+
     from gpuops.cli.roles import Render
     from gpuops.client.play import Play
 
@@ -353,7 +354,7 @@ def _suite(suite: Suite, command: str) -> tuple[Any, dict[str, int], float]:
     cases = list(suite.cases.values())
     counts = {"tests": len(cases), "failures": sum(c.status == "failure" for c in cases),
               "errors": sum(c.status == "error" for c in cases), "skipped": sum(c.status == "skipped" for c in cases)}
-    node = ET.Element("testsuite", name=clean(suite.target), **{k: str(v) for k, v in counts.items()},
+    node = ET.Element("testsuite", name=clean(suite.target), attrib={k: str(v) for k, v in counts.items()},
                       time=f"{seconds:.3f}", timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(suite.began)),
                       hostname=clean(suite.host or suite.target))
     props = ET.SubElement(node, "properties")

@@ -13,9 +13,9 @@ import os
 from functools import cached_property, lru_cache
 from typing import Any
 
-from gpuops.command import Cmd, Script, Word
-from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import marks
+from gpuops.agent.wire import protocol as p
+from gpuops.command import Cmd, Script, Word
 
 _SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "agent")
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # fixed, so the same files make the same bytes

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import marks
+from gpuops.agent.wire import protocol as p
 from gpuops.errors import RemoteError, TargetNotReady
 from gpuops.transport.base import Stream, Transport
 

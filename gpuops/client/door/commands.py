@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuops.command import Cmd, Script, bash
-from gpuops.client.door.bundle import python_tool, shell_tool
 from gpuops.agent.wire.health import HEALTH_FIELDS
 from gpuops.agent.wire.smi import sample_argv
+from gpuops.client.door.bundle import python_tool, shell_tool
+from gpuops.command import Cmd, Script, bash
 
 
 def dumps(record: dict[str, Any]) -> str:

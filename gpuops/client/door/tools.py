@@ -11,8 +11,8 @@ import json
 import time
 from typing import Any, Callable
 
-from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire import marks
+from gpuops.agent.wire import protocol as p
 from gpuops.agent.wire.hostwire import HostWatchReply, XidsReply, parse_host_watch, parse_xids
 from gpuops.agent.wire.smi import SmiError, parse_sample
 from gpuops.client.door import commands
@@ -20,8 +20,18 @@ from gpuops.client.door.bundle import ToolCmd, bundle, check_installed, install,
 from gpuops.client.door.channels import FollowChannel, LockChannel, WarmupChannel
 from gpuops.client.door.replies import MemoryReading, read_report, read_runs
 from gpuops.command import Cmd
-from gpuops.errors import (AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError, NoRun, RemoteError,
-                           RunAlive, RunStopped, TargetNotReady)
+from gpuops.errors import (
+    AuthError,
+    CommandTimeout,
+    ConnectError,
+    GpuopsError,
+    HostKeyError,
+    NoRun,
+    RemoteError,
+    RunAlive,
+    RunStopped,
+    TargetNotReady,
+)
 from gpuops.transport.base import Result, Transport
 
 ABORT_PERSISTENCE = 300.0  # seconds an abort keeps trying through a lost connection
@@ -101,11 +111,11 @@ class Door:
         where gpuops' files are missing, copied and run again in one more. No probe when the container is down."""
         cmd = commands.probe(sessions, samples=True, python=False)
         container = self.transport.container
-        if container is not None:
-            run = container.run_with_state
-        else:
-            def run(cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
-                return self.transport.run(cmd, timeout=timeout, stdin=stdin), None
+
+        def run(cmd: Cmd, *, timeout: float, stdin: bytes | None = None) -> tuple[Result, str | None]:
+            if container is not None:
+                return container.run_with_state(cmd, timeout=timeout, stdin=stdin)
+            return self.transport.run(cmd, timeout=timeout, stdin=stdin), None
         result, state = run(cmd, timeout=self.timeout)
         if needs_lib(result):
             result, state = run(with_install(cmd), timeout=max(self.timeout, 60.0), stdin=bundle().zip)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from gpuops.command import Cmd
 from gpuops.agent.wire.smi import APP_FIELDS, GPU_FIELDS, Gpu, Process, SmiError, parse_gpus
+from gpuops.command import Cmd
 
 __all__ = ["APP_FIELDS", "GPU_FIELDS", "QUERY_APPS", "QUERY_GPUS", "GpuCheck", "Gpu", "Process", "SmiError",
            "check_idle", "parse_gpus"]
@@ -26,7 +27,7 @@ class GpuCheck:
     bus_id: str | None = None
     uuid: str | None = None
     verdict: str | None = None  # ok | warn | needs reset | needs service (agent/wire/verdict.py)
-    health: tuple[dict, ...] = ()  # each cause: counter, value, level, message, action
+    health: tuple[dict[str, Any], ...] = ()  # each cause: counter, value, level, message, action
 
     @property
     def ok(self) -> bool:

@@ -7,21 +7,21 @@ import json
 import time
 from typing import Any, Iterator
 
-from gpuops.command import Cmd
-from gpuops.errors import ConnectError, ExitCode, GpuopsError, RunStopped
+from gpuops.agent.wire import protocol as p
 from gpuops.client.door import commands
-from gpuops.client.stop_call import abort_run
+from gpuops.client.door.commands import dumps
 from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
 from gpuops.client.health import XidsSoon, host_door, meta_state, start_host_watch
 from gpuops.client.launch.preflight import LaunchLock, evaluate, wants_health, xid_window
-from gpuops.client.runspec import meta, prepare_spec
-from gpuops.client.launch.uninterruptible import shielded
-from gpuops.client.launch.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
-from gpuops.client.view.viewer import view
-from gpuops.client.door.commands import dumps
 from gpuops.client.launch.run_id import new_run_id
-from gpuops.agent.wire import protocol as p
+from gpuops.client.launch.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup
+from gpuops.client.launch.uninterruptible import shielded
+from gpuops.client.play import Play
+from gpuops.client.runspec import meta, prepare_spec
+from gpuops.client.stop_call import abort_run
+from gpuops.client.view.viewer import view
+from gpuops.command import Cmd
+from gpuops.errors import ConnectError, ExitCode, GpuopsError, RunStopped
 
 
 def launch(play: Play, *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:

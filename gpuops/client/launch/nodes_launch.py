@@ -10,16 +10,15 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from gpuops.errors import GpuopsError
 from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
-from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
 from gpuops.client.health import XidsSoon, meta_state, start_host_watch
 from gpuops.client.launch.preflight import LaunchLock, evaluate, xid_window
 from gpuops.client.launch.run_id import new_run_id
 from gpuops.client.launch.sequential_warmup import WarmupError, run_warmups, stop_warmup
 from gpuops.client.launch.uninterruptible import shielded
-from gpuops.errors import ExitCode
+from gpuops.client.nodes import each, endpoint, node_plays, side_by_side, turns
+from gpuops.client.play import Play
+from gpuops.errors import ExitCode, GpuopsError
 
 
 def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None = None) -> Iterator[Event | Outcome]:
@@ -34,12 +33,13 @@ def launch_job(plays: list[Play], *, detach: bool = False, timeout: float | None
     started: list[Play] = []
     run_id: str | None = None
     try:
-        probes = each(locks, lambda lock: lock.acquire())  # type: ignore[arg-type,return-value]
-        failed = [(j, p) for j, p in zip(plays, probes) if isinstance(p, BaseException)]
+        probes = each(locks, lambda lock: lock.acquire())
+        failed = [(j, p) for j, p in zip(plays, probes, strict=True) if isinstance(p, BaseException)]
         if failed:
             raise _first(failed)
+        replies = [p for p in probes if not isinstance(p, BaseException)]  # every one, none failed
         healths = {}
-        for play, probe, xids in zip(plays, probes, soon):
+        for play, probe, xids in zip(plays, replies, soon, strict=True):
             healths[play.target.name] = yield from evaluate(play, probe, xids.result())
         run_id = new_run_id()
         rdzv, how = endpoint(plays)
@@ -123,7 +123,7 @@ def node_ends(nodes: list[Play], run_id: str) -> list[Any]:
 
     infos = each(nodes, lambda j: run_info(j, run_id))
     ends = []
-    for rank, (play, info) in enumerate(zip(nodes, infos)):
+    for rank, (play, info) in enumerate(zip(nodes, infos, strict=True)):
         if isinstance(info, BaseException) or info is None:
             ends.append(NodeEnd(play.target.name, rank, "unknown", None, None))
             continue

@@ -7,14 +7,14 @@ import threading
 from typing import Generator, Iterator
 
 from gpuops.agent.wire.health import HealthReading
-from gpuops.agent.wire.verdict import Verdict
-from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
-from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
-from gpuops.client.door.channels import LockChannel
 from gpuops.agent.wire.marks import ProbeReply
+from gpuops.agent.wire.verdict import Verdict
+from gpuops.client.door.channels import LockChannel
 from gpuops.client.events import Event
-from gpuops.client.play import Play, holder_id
+from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
 from gpuops.client.launch.gpus import GpuCheck, check_idle
+from gpuops.client.play import Play, holder_id
+from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
 
 #: The oldest Python the target package runs on (tests/agent/test_agent_package.py proves it).
 OLDEST_PYTHON = (3, 8)
@@ -84,13 +84,13 @@ class LaunchLock:
             lost = self._channel.release()
             self._channel = None
             if lost and self.holder:
-                self._forget()
+                self._forget(self.holder)
 
-    def _forget(self) -> None:
+    def _forget(self, holder: str) -> None:
         """The lock holder there ended with our connection: take our name off its files, so the next
         launch does not report a launcher that died (best effort, through a new connection)."""
         try:
-            self.play.door.forget_lock(self.play.session, self.holder, self.play.run_gpus)
+            self.play.door.forget_lock(self.play.session, holder, self.play.run_gpus)
         except Exception:  # the host is gone too: the next launch says it recovered the lock
             pass
 
@@ -158,7 +158,7 @@ def evaluate(play: Play, probe: ProbeReply, xids: HostXids | None = None) -> Gen
         play.target.name,
         data={"gpus": [f.__dict__ for f in findings], "smi": probe.smi,
               **({} if health is None else {"host_kernel_log": {"reader": health.xids.reply.reader if
-                                                                health.xids.readable else None,
+                                                                health.xids.reply and health.xids.readable else None,
                                                                 "why": None if health.xids.readable else health.xids.why}})},
     )
     return health

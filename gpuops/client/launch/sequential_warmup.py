@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Iterator
 
-import re
-
-from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
-from gpuops.client.runspec import meta
-from gpuops.client.launch.uninterruptible import shielded
-from gpuops.client.events import Event
-from gpuops.client.play import Play
-from gpuops.client.outcome import run_info
 from gpuops.agent.wire import protocol as p
+from gpuops.client.events import Event
+from gpuops.client.launch.uninterruptible import shielded
+from gpuops.client.outcome import run_info
+from gpuops.client.play import Play
+from gpuops.client.runspec import meta
+from gpuops.errors import ConnectError, GpuopsError, RunStopped, WarmupFailed
 
 TAIL_LINES = 30
 #: Seconds an interrupted launch keeps trying to stop its warmup through a broken connection.

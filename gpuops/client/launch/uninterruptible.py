@@ -30,7 +30,7 @@ def shielded() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if came:
-            _deliver(came[0], previous[came[0]])
+            _deliver(came[0], previous[signal.Signals(came[0])])
 
 
 def _deliver(signum: int, handler: Any) -> None:

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Union
 
+from gpuops.agent.wire.frames import Data, Ended, Heartbeat, Reset, WatchdogEvent
 from gpuops.client.door import Door
 from gpuops.client.door.channels import Closed, FollowChannel
-from gpuops.agent.wire.frames import Data, Ended, Heartbeat, Reset, WatchdogEvent
 from gpuops.errors import AuthError, ConnectError, GpuopsError, HostKeyError, RemoteError
 
 __all__ = ["Data", "Ended", "FollowEvent", "Heartbeat", "LogFollower", "Reconnected", "Reconnecting", "Reset",

@@ -12,15 +12,25 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator
 
-from gpuops.errors import ContainerNotRunning, ExitCode
-from gpuops.client.stop_call import abort_run
-from gpuops.client.events import Event, Outcome
-from gpuops.client.play import Play
-from gpuops.client.outcome import ended_outcome, last_line
-from gpuops.client.view.follower import Data, Ended, Heartbeat, LogFollower, Reconnected, Reconnecting, Reset, WatchdogEvent
 from gpuops.agent.wire.marks import AbortReply
-from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES, WATCHDOG_RESTARTING as RESTARTING
+from gpuops.agent.wire.protocol import HEARTBEAT_STALE, SCHEMA_VERSION, WATCHDOG_NOTES
+from gpuops.agent.wire.protocol import WATCHDOG_RESTARTING as RESTARTING
 from gpuops.agent.wire.stall import StallClock
+from gpuops.client.events import Event, Outcome
+from gpuops.client.outcome import ended_outcome, last_line
+from gpuops.client.play import Play
+from gpuops.client.stop_call import abort_run
+from gpuops.client.view.follower import (
+    Data,
+    Ended,
+    Heartbeat,
+    LogFollower,
+    Reconnected,
+    Reconnecting,
+    Reset,
+    WatchdogEvent,
+)
+from gpuops.errors import ContainerNotRunning, ExitCode
 
 #: Watchdog events shown as they are (a match, an abort ...); the rest are `watchdog` events.
 _SHOWN = ("match", "abort_start", "aborted", "stall", "rule_disabled", "stopped_elsewhere", "survivors", "log_reset",
@@ -32,9 +42,9 @@ _ENVELOPE = ("event", "ts", "schema_version", "target", "run")
 
 def build_matcher(play: Play, start_offset: int = 0) -> Any:
     """The rules the run was launched with (watch.json's content), hyperscan's literal search if installed."""
+    from gpuops.agent.wire.ruleset import build_matcher as build
     from gpuops.client.runspec import watch_config
     from gpuops.client.view import accel
-    from gpuops.agent.wire.ruleset import build_matcher as build
 
     prefilter = accel.hyperscan_prefilter if accel.available() else None
     return build(watch_config(play, "0"), start_offset, 1, play.mask, prefilter)
@@ -58,7 +68,7 @@ class Viewer:
         self.matcher: Any = None
         self.log_tail = b""  # the log's last bytes: a failed run's outcome quotes its last line
         self.held: list[Any] = []  # our matches the watchdog has not reached yet
-        self.reported: set[tuple[str, int]] = set()  # (rule, offset) the watchdog reported
+        self.reported: set[tuple[str | None, int | None]] = set()  # (rule, offset) the watchdog reported
         self.shown: set[tuple[str, int]] = set()  # (rule, offset) we matched and showed ourselves
         self.wd_offset = -1
         self.standing_in = False  # True: the watchdog is gone and we apply the run's rules ourselves

@@ -8,8 +8,8 @@ from types import MappingProxyType
 from gpuops.config.ansible.hosts import HostBuilder
 from gpuops.config.ansible.layers import Layers
 from gpuops.config.ansible.tree import HostValueError, Tree, VaultedValue
-from gpuops.targets import Inventory, Target
 from gpuops.errors import ConfigError
+from gpuops.targets import Inventory, Target
 
 
 def inventory_of(tree: Tree) -> Inventory:

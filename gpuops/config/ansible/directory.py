@@ -10,10 +10,11 @@ from gpuops.config.ansible.ini import parse_ini
 from gpuops.config.ansible.tree import Tree
 from gpuops.config.ansible.yamlfile import accepts as is_ansible_yaml
 from gpuops.config.ansible.yamlfile import parse_yaml
-from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.errors import ConfigError, UsageError
 from gpuops.position import Mark
+from gpuops.targets import Inventory
+
 # Ansible's INVENTORY_IGNORE_EXTS and the names it always skips.
 IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig", ".cfg", ".retry")
 IGNORED_NAMES = ("group_vars", "host_vars", "vars_plugins")
@@ -32,7 +33,9 @@ def load(path: str) -> Inventory:
                                                "run it; give -i the JSON of `ansible-inventory -i DIR --list`")
         if source.yaml_named:
             if not is_ansible_yaml(source):
-                source.root  # a YAML error is said at its place
+                error = source.rejection()
+                if error is not None:  # a YAML error is said at its place
+                    raise error
                 raise ConfigError(Mark(file, 1, 1), "expected an Ansible YAML inventory (groups at the top) in an "
                                                    "inventory directory")
             assert source.root is not None

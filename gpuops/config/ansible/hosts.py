@@ -11,9 +11,10 @@ from gpuops.config.ansible.become_vars import become_of
 from gpuops.config.ansible.layers import Layers
 from gpuops.config.ansible.sshargs import proxy_command, ssh_args
 from gpuops.config.ansible.tree import Tree, first_set
-from gpuops.targets import Host, Target
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+from gpuops.targets import Host, Target
+
 SSH_CONNECTIONS = {"ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh", "ansible.legacy.ssh",
                    "ansible.builtin.paramiko_ssh"}  # fmt: skip
 LOCAL_CONNECTIONS = {"local", "ansible.builtin.local", "ansible.legacy.local"}

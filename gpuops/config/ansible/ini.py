@@ -9,10 +9,11 @@ from typing import Any
 
 from gpuops.config.ansible.build import inventory_of
 from gpuops.config.ansible.tree import Group, Tree, Var
-from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+from gpuops.targets import Inventory
+
 _SECTION = re.compile(r"\[([^:\]\s]+)(?::(\w+))?\]\s*(?:[#;].*)?\Z")
 
 

@@ -4,10 +4,10 @@ inventories are then Ansible's own work. Shape: {"_meta": {"hostvars": {...}}, "
 from __future__ import annotations
 
 from gpuops.config import schema as s
-from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Scalar, Sequence
 from gpuops.errors import ConfigError
+from gpuops.targets import Inventory
 
 
 def accepts(source: Source) -> bool:

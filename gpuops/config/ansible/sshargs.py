@@ -9,6 +9,7 @@ import shlex
 from gpuops.config.ansible.tree import HostValueError, Var, first_set
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 # The order Ansible puts them on ssh's argv (ansible_ssh_args replaces ansible.cfg's ssh_args, which
 # gpuops does not read); the inventory's port and user come first in gpuops (Ansible: after ssh_args).
 SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")

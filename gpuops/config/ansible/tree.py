@@ -15,6 +15,7 @@ from gpuops.config import schema as s
 from gpuops.config.yamlpos import Mapping, Node, Scalar, Sequence
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 GROUP_KEYS = ("children", "hosts", "vars")
 MAX_RANGE = 10_000  # hosts one pattern such as node[001:999] may expand to
 GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
@@ -180,7 +181,7 @@ def yaml11(text: str) -> Any:
     import yaml
 
     try:
-        tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+        tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
         node = yaml.ScalarNode(tag, text)
         return yaml.SafeLoader("").construct_object(node, deep=True)
     except Exception:  # any reading PyYAML cannot make is no second reading

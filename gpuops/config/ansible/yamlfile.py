@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from gpuops.config import schema as s
 from gpuops.config.inventory import INVENTORY_KEYS
-from gpuops.targets import Inventory
 from gpuops.config.source import Source
 from gpuops.config.yamlpos import Mapping, Node, Scalar
+from gpuops.targets import Inventory
 
 if TYPE_CHECKING:
     from gpuops.config.ansible.tree import Group, Tree

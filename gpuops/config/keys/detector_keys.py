@@ -11,6 +11,7 @@ from gpuops.config import schema as s
 from gpuops.config.yamlpos import Mapping, Node, Scalar
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 SLOW_RULE = "gpuops stops applying a rule that takes too long on a line"
 #: Read first after the required keys: the keys every detector judged over a window shares.
 SHARED_KINDS = ("baseline", "seconds", "action")

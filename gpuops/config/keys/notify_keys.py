@@ -8,15 +8,18 @@ FILE:LINE:COL. No kind is named here: a new one is read by its entry alone.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Mapping as Env
+from typing import Any, Iterable
+from typing import Mapping as Env
 
 from gpuops.agent.wire.channel_list import CHANNELS, Channel, ChannelSpec, Key
 from gpuops.agent.wire.hookurl import split_url
-from gpuops.agent.wire.protocol import NOTIFY_DEFAULT_ON as DEFAULT_ON, NOTIFY_WHATS as WHATS
+from gpuops.agent.wire.protocol import NOTIFY_DEFAULT_ON as DEFAULT_ON
+from gpuops.agent.wire.protocol import NOTIFY_WHATS as WHATS
 from gpuops.config import schema as s
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 #: A channel's keys: `on`, then each kind's (its address first).
 CHANNEL_KEYS = ("on",) + tuple(dict.fromkeys(k.name for spec in CHANNELS for k in spec.keys))
 #: A URL written as a mapping (a `url` key: a webhook's).
@@ -134,6 +137,7 @@ def _read_url(node: Node, named: str, environ: Env[str, str], need_env: bool,
         secret = s.boolean(secret_node) if secret_node is not None else False
         url = _url(s.nonempty(value_node, noun), value_node.mark, named, shown=not secret)
         return url, secret, None
+    assert from_node is not None  # one of the two, said above
     secret = s.boolean(secret_node) if secret_node is not None else True  # a URL kept in the environment is a credential
     source = from_node.text if isinstance(from_node, Scalar) and s.IDENTIFIER.match(from_node.text) else None
     if source is None:

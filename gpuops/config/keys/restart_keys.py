@@ -7,7 +7,7 @@ from gpuops.agent.wire.detector_list import restartable
 from gpuops.agent.wire.protocol import RESTART_FAILED, RESTART_STALL
 from gpuops.config import schema as s
 from gpuops.config.playbook_model import Restart, Watch
-from gpuops.config.yamlpos import Node
+from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 
 RESTART_KEYS = ("max", "on", "compile_guard", "delay", "warmup", "command")
@@ -33,9 +33,10 @@ def parse_restart(node: Node | None, watch: Watch, warnings: list[str] | None = 
     if (n := sec.get("on")) is not None:
         fields["on"] = _names(n, watch)
         for item in s.items(n, "rule names"):
-            why = _never_ends(str(getattr(item, "text", "")), watch)
+            name = item.text if isinstance(item, Scalar) else ""  # _names said any other
+            why = _never_ends(name, watch)
             if why and warnings is not None:
-                warnings.append(f"{item.mark}: restart.on names '{item.text}', which {why}: it never ends an "
+                warnings.append(f"{item.mark}: restart.on names '{name}', which {why}: it never ends an "
                                 "attempt, so it never restarts one")
     if (n := sec.get("compile_guard")) is not None:
         fields["compile_guard"] = s.boolean(n)

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping as Env, Sequence as Seq
+from typing import Mapping as Env
+from typing import Sequence as Seq
 
 from gpuops.agent.wire import builtin_rules as builtin
 from gpuops.agent.wire import watchfile as wf
-from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST, DetectorSettings
+from gpuops.agent.wire.detector_list import DETECTORS as DETECTOR_LIST
+from gpuops.agent.wire.detector_list import DetectorSettings
 from gpuops.config import schema as s
 from gpuops.config.keys.detector_keys import compile_pattern, parse_detector
 from gpuops.config.keys.metrics_keys import parse_metrics
@@ -16,6 +18,7 @@ from gpuops.config.playbook_model import HOST_LOG_MODES, EnvVar, RuleSpec, Stall
 from gpuops.config.yamlpos import Node, Scalar
 from gpuops.errors import ConfigError
 from gpuops.position import Mark
+
 WATCH_KEYS = ("builtin", "builtin_rules", "rules", "stall_timeout", "stall_auto", "sample_interval") + tuple(
     spec.key for spec in DETECTOR_LIST) + ("recompiles", "stacks", "metrics", "host_kernel_log")
 RULE_KEYS = ("name", "pattern", "action")

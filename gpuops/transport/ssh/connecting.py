@@ -6,13 +6,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from gpuops.targets import Host
 from gpuops.errors import ConnectError, GpuopsError
+from gpuops.targets import Host
 from gpuops.transport.base import HostSide
 from gpuops.transport.ssh.head_start import Early
 
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 #: Each retried connect failure is said here (the CLI shows it on stderr): 30 s of silence reads as a hang.
 LOG = logging.getLogger("gpuops.transport.connect")
@@ -20,11 +22,18 @@ LOG.addHandler(logging.NullHandler())
 SAY_AFTER = 1.0  # seconds of retrying before a person is told
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)  # a client's connection
+
+
 class ConnectionLost(ConnectError):
     """The connection dropped while a command was running."""
 
 
-class Connecting(HostSide):
+class Connecting(HostSide, Generic[C]):
     """connect_soon / connect / reconnect / close for one host; a client fills in _connect_once, _transient,
     _active and _failure (its failure as a ConnectError, or None to re-raise it as it is)."""
 
@@ -32,8 +41,8 @@ class Connecting(HostSide):
         self.host = host
         self.label = host.name
         self.retry_time = retry_time
-        self._conn: Any = None
-        self._early: Early | None = None
+        self._conn: C | None = None
+        self._early: Early[C] | None = None
         self._lock = threading.Lock()
         self.connections_made = 0
         self.commands = 0
@@ -44,7 +53,7 @@ class Connecting(HostSide):
 
     # -- what a client provides ---------------------------------------------------------
 
-    def _connect_once(self) -> Any:
+    def _connect_once(self) -> C:
         raise NotImplementedError
 
     def _transient(self, exc: BaseException) -> bool:
@@ -56,7 +65,7 @@ class Connecting(HostSide):
     def _failure(self, exc: BaseException) -> GpuopsError | None:
         return None
 
-    def _close_conn(self, conn: Any) -> None:
+    def _close_conn(self, conn: C) -> None:
         conn.close()
 
     # -- the lifecycle ------------------------------------------------------------------
@@ -94,7 +103,7 @@ class Connecting(HostSide):
         self._drop()
         self._early = Early(self._connect_with_retries, close=self._close_conn)
 
-    def _adopt(self, early: Early | None) -> None:
+    def _adopt(self, early: Early[C] | None) -> None:
         """Wait for the attempt; its connection becomes this host's, its error is raised (once: the next
         connect() makes a new attempt)."""
         assert early is not None
@@ -124,7 +133,7 @@ class Connecting(HostSide):
                 pass
             self._conn = None
 
-    def _connect_with_retries(self) -> Any:
+    def _connect_with_retries(self) -> C:
         started = time.monotonic()
         try:
             try:
@@ -144,7 +153,7 @@ class Connecting(HostSide):
         self.connections_made += self._made(conn)
         return conn
 
-    def _made(self, conn: Any) -> int:
+    def _made(self, conn: C) -> int:
         """How many new SSH logins this connection took (a reused master: none)."""
         return 1
 
@@ -156,7 +165,7 @@ class Connecting(HostSide):
         LOG.warning("%s: cannot connect yet (%s); trying again for up to %.0f s (%d attempts so far)", self.label,
                     why, max(0.0, ends - time.monotonic()), attempts)
 
-    def _retry(self, budget: float) -> Any:
+    def _retry(self, budget: float) -> C:
         """The attempts after a first transient failure: exponential backoff with jitter
         (0.25 s, 0.5 s, 1 s ... at most 4 s), never sleeping past the budget left."""
         import random
@@ -170,12 +179,12 @@ class Connecting(HostSide):
         budget -= first_wait
         backoff = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.25)
 
-        def wait(state: Any) -> float:
+        def wait(state: RetryCallState) -> float:
             # The last attempt starts when the budget ends.
-            return max(0.0, min(backoff(state), budget - state.seconds_since_start))
+            return max(0.0, min(backoff(state), budget - (state.seconds_since_start or 0.0)))
 
-        def said(state: Any) -> None:
-            self._say_retry(state.outcome.exception(), state.attempt_number + 1, started, ends)
+        def said(state: RetryCallState) -> None:
+            self._say_retry(state.outcome.exception() if state.outcome else None, state.attempt_number + 1, started, ends)
 
         retrying = Retrying(stop=stop_after_delay(max(0.0, budget)), wait=wait, before_sleep=said,
                             retry=retry_if_exception(self._transient), reraise=True)

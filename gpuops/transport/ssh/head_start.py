@@ -10,18 +10,20 @@ its answer, or the error it raised, is what its first user gets, as if that user
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
 
 
-class Early:
+class Early(Generic[T]):
     """One call running in a daemon thread (the command may end before it does)."""
 
-    def __init__(self, call: Callable[[], Any], *, close: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, call: Callable[[], T], *, close: Callable[[T], None] | None = None) -> None:
         self._call = call
         self._close = close  # how to let go of an answer nobody will use (a connection: closed)
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._value: Any = None
+        self._value: T | None = None
         self._error: BaseException | None = None
         self._discarded = False
         threading.Thread(target=self._run, name="gpuops-early", daemon=True).start()
@@ -39,8 +41,8 @@ class Early:
                     self._value = value
         self._done.set()
 
-    def result(self) -> Any:
-        """The answer, once the call ends (its error raised here); Ctrl-C interrupts the wait."""
+    def result(self) -> T | None:
+        """The answer, once the call ends (its error raised here; None once discarded); Ctrl-C interrupts the wait."""
         self._done.wait()
         if self._error is not None:
             raise self._error
@@ -53,6 +55,6 @@ class Early:
             value, self._value = self._value, None
         self._let_go(value)
 
-    def _let_go(self, value: Any) -> None:
+    def _let_go(self, value: T | None) -> None:
         if value is not None and self._close is not None:
             self._close(value)

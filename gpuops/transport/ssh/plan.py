@@ -10,8 +10,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gpuops.targets import Host
 from gpuops.errors import SshFileError, UsageError, os_reason
+from gpuops.targets import Host
 from gpuops.transport.ssh.resolve import Resolved, explicit_args, resolve
 
 

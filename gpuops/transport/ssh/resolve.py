@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 SSH_G_TIMEOUT = 30.0  # seconds; `Match exec` runs the user's commands, as ssh does
 _cache: dict[tuple[str, ...], "Resolved"] = {}
-_soon: dict[tuple[str, ...], Early] = {}  # resolutions started ahead of their first use
+_soon: dict[tuple[str, ...], Early[Resolved]] = {}  # resolutions started ahead of their first use
 _lock = threading.Lock()
 readers_used: set[str] = set()  # "OpenSSH (ssh -G)" and/or "paramiko": what -v reports
 
@@ -99,7 +99,9 @@ def resolve(dest: str, args: tuple[str, ...] = (), *, _started: bool = False) ->
             return _cache[key]
         soon = None if _started else _soon.pop(key, None)
     if soon is not None:  # the resolution resolve_soon started: its answer (cached), or its error (once)
-        return soon.result()
+        early = soon.result()
+        if early is not None:  # (None only where an answer was discarded, which no resolution is)
+            return early
     _check_readable(user_config())
     ssh = shutil.which("ssh")
     if ssh:

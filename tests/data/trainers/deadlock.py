@@ -1,6 +1,5 @@
 """Two threads that take two locks in opposite order: a deadlock, and the log goes silent."""
 import threading
-import time
 
 first, second = threading.Lock(), threading.Lock()
 both = threading.Barrier(2)

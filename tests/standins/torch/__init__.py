@@ -176,4 +176,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     return _dynamo.optimize(backend, nopython=fullgraph, dynamic=dynamic, disable=disable)(model)
 
 
-from . import autograd, nn, _dynamo  # noqa: E402 - as torch/__init__.py imports its submodules last
+from . import autograd, nn  # noqa: E402, F401 - torch.nn and torch.autograd, imported last as torch/__init__.py does
+
+# isort: split
+# _dynamo after nn: its OptimizedModule subclasses torch.nn.Module when it is imported
+from . import _dynamo  # noqa: E402

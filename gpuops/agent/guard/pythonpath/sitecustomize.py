@@ -26,6 +26,8 @@ def _load(module: str):
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, os.path.join(root, "__init__.py"),
                                                       submodule_search_locations=[root])
+        if spec is None or spec.loader is None:  # a file location always has both
+            raise ImportError("gpuops: cannot load the agent package from " + root)
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
         spec.loader.exec_module(package)

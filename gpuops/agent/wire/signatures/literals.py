@@ -9,13 +9,15 @@ know) gives ``()``: no literal, and the rule is searched in every line.
 from __future__ import annotations
 
 import re
+import sys
+from typing import Any, Iterable, List, Tuple
 
-try:  # Python >= 3.11
+if sys.version_info >= (3, 11):
     from re import _constants as _sre_c
     from re import _parser as _sre_parse
-except ImportError:  # Python 3.10
-    import sre_constants as _sre_c  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+else:  # Python 3.8 to 3.10
+    import sre_constants as _sre_c
+    import sre_parse as _sre_parse
 
 _MAX_ALTERNATIVES = 16
 _REPEATS = tuple(
@@ -29,7 +31,7 @@ def _required_literals(regex: re.Pattern[str]) -> tuple[str, ...]:
     if regex.flags & re.IGNORECASE:
         return ()
     try:
-        best = _best(_required(list(_sre_parse.parse(regex.pattern))))
+        best = _best(_required(list(_sre_parse.parse(regex.pattern).data)))
     except Exception:  # an internal parser we do not control: fall back to "unknown"
         return ()
     if not best or any("\ufffd" in s for s in best):
@@ -37,30 +39,30 @@ def _required_literals(regex: re.Pattern[str]) -> tuple[str, ...]:
     return tuple(sorted(best))
 
 
-def _exact_item(op: object, av: object) -> set[str] | None:
+def _exact_item(op: object, av: Any) -> set[str] | None:  # av: the parser's, shaped by op
     """The small finite set of strings one parsed item matches, or None."""
     if op is _sre_c.LITERAL:
-        return {chr(av)}  # type: ignore[arg-type]
+        return {chr(av)}
     if op in _ZERO_WIDTH:
         return {""}
     if op is _sre_c.SUBPATTERN:
-        if av[1] & re.IGNORECASE:  # type: ignore[index]
+        if av[1] & re.IGNORECASE:
             return None
-        return _exact(av[-1])  # type: ignore[index]
+        return _exact(av[-1])
     if op is _sre_c.BRANCH:
         out: set[str] = set()
-        for alt in av[1]:  # type: ignore[index]
+        for alt in av[1]:
             s = _exact(alt)
             if s is None:
                 return None
             out |= s
         return out if len(out) <= _MAX_ALTERNATIVES else None
     if op is _sre_c.IN:
-        if all(o is _sre_c.LITERAL for o, _ in av) and len(av) <= _MAX_ALTERNATIVES:  # type: ignore[union-attr]
-            return {chr(c) for _, c in av}  # type: ignore[union-attr]
+        if all(o is _sre_c.LITERAL for o, _ in av) and len(av) <= _MAX_ALTERNATIVES:
+            return {chr(c) for _, c in av}
         return None
     if op in _REPEATS:
-        lo, hi, sub = av  # type: ignore[misc]
+        lo, hi, sub = av
         s = _exact(sub)
         if s is None or lo != hi or lo > 8:
             return None
@@ -73,9 +75,9 @@ def _exact_item(op: object, av: object) -> set[str] | None:
     return None
 
 
-def _exact(items: object) -> set[str] | None:
+def _exact(items: Iterable[Tuple[Any, Any]]) -> set[str] | None:
     out = {""}
-    for op, av in items:  # type: ignore[attr-defined]
+    for op, av in items:
         s = _exact_item(op, av)
         if s is None:
             return None
@@ -85,7 +87,7 @@ def _exact(items: object) -> set[str] | None:
     return out
 
 
-def _required(items: list) -> list[set[str]]:
+def _required(items: List[Tuple[Any, Any]]) -> list[set[str]]:
     """Candidate sets: every match contains a string from each returned set."""
     found: list[set[str]] = []
     run = {""}
@@ -105,8 +107,9 @@ def _required(items: list) -> list[set[str]]:
             found.extend(_required(list(av[2])))
         elif op is _sre_c.BRANCH:
             alts = [_best(_required(list(alt))) for alt in av[1]]
-            if all(alts) and sum(len(a) for a in alts) <= _MAX_ALTERNATIVES:  # type: ignore[arg-type]
-                found.append(set().union(*alts))  # type: ignore[arg-type]
+            sets = [a for a in alts if a]
+            if len(sets) == len(alts) and sum(len(a) for a in sets) <= _MAX_ALTERNATIVES:
+                found.append(set().union(*sets))
     if run != {""}:
         found.append(run)
     return found

@@ -23,12 +23,24 @@ from typing import Callable, Sequence
 
 from .budget import Guard
 from .literals import _required_literals  # noqa: F401  (re-exported: tests read it here)
-from .rules import ABORT, METRIC, WARN, _UNTRUSTED, Hit, Measure, Rule, builtin_rules, metric_rule, regex_rule
-from .scan import Finder, Prefilter  # noqa: F401  (Finder re-exported: accel imports it here)
-from .scan import (_LINE_BYTES, _NOT_EOL, _RECENT, _Chunk, _delete_all_but, _eol, _last_lines, _Literals, _next_eol,
-                   _sample, _scanners, _search_lines)
-from .text import EXCERPT_CHARS, EXCERPT_LINE_CHARS, EXCERPT_LINES  # noqa: F401  (re-exported)
-from .text import _clean, _same, _shorten
+from .rules import _UNTRUSTED, ABORT, METRIC, WARN, Hit, Measure, Rule, builtin_rules, metric_rule, regex_rule
+from .scan import (  # noqa: F401  (Finder re-exported: accel imports it here)
+    _LINE_BYTES,
+    _NOT_EOL,
+    _RECENT,
+    Finder,
+    Prefilter,
+    _Chunk,
+    _delete_all_but,
+    _eol,
+    _last_lines,
+    _Literals,
+    _next_eol,
+    _sample,
+    _scanners,
+    _search_lines,
+)
+from .text import EXCERPT_CHARS, EXCERPT_LINE_CHARS, EXCERPT_LINES, _clean, _same, _shorten  # noqa: F401  (re-exported)
 from .tracebacks import MAX_OPEN_TRACEBACKS, TRACEBACK_WINDOW, Tracebacks  # noqa: F401  (the limits re-exported)
 from .waits import Waits
 

@@ -13,7 +13,7 @@ import re
 from collections import deque
 from typing import Callable
 
-from .text import _Lines, _clean
+from .text import _clean, _Lines
 
 #: A traceback stays open this many lines after its last line.
 TRACEBACK_WINDOW = 500

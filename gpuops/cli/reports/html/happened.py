@@ -5,7 +5,7 @@ sentence, never a Python value (no dict, list, None or True reprs); an event thi
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 #: Who stopped a run, as abort.json's `by` and the events' `stopped_by` name them.
 WHO = {"watchdog": "the watchdog", "client": "gpuops", "stop": "gpuops stop", "timeout": "--timeout",
@@ -58,7 +58,7 @@ def seconds(value: Any) -> str:
 
 def _stall(ev: dict[str, Any]) -> str:
     said = f"no new output for {seconds(ev.get('seconds'))} (stall timeout {seconds(ev.get('stall_timeout'))}"
-    clock = ev.get("stall") if isinstance(ev.get("stall"), dict) else {}
+    clock = c if isinstance(c := ev.get("stall"), dict) else {}
     if clock.get("mode") == "auto":
         gaps = clock.get("gaps")
         said += (f", learned from {number(gaps)} gaps between the log's lines" if clock.get("learned")
@@ -72,7 +72,7 @@ def _stall(ev: dict[str, Any]) -> str:
 def _aborted(ev: dict[str, Any]) -> str:
     survivors = ev.get("survivors") or []
     said = f"stopped in {seconds(ev.get('seconds'))}; survivors: " + (words(survivors) if survivors else "none")
-    stacks = ev.get("stacks") if isinstance(ev.get("stacks"), list) else []
+    stacks = s if isinstance(s := ev.get("stacks"), list) else []
     taken = [s for s in stacks if isinstance(s, dict) and s.get("file")]
     if stacks:
         said += f"; stacks of {len(taken)} of {len(stacks)} processes taken before the signal"
@@ -90,7 +90,7 @@ def _restart(ev: dict[str, Any]) -> str:
             + (" after a warmup" if ev.get("warmup") else ""))
 
 
-DETAILS = {
+DETAILS: dict[str, Callable[[dict[str, Any]], str]] = {
     "match": lambda ev: (f"{'warning' if ev.get('action') == 'warn' else ev.get('action') or 'match'}: "
                          f"rule {ev.get('rule') or 'unnamed'}: {ev.get('line') or ev.get('description') or ''}"),
     "note": lambda ev: str(ev.get("message") or ""),

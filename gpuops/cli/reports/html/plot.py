@@ -5,10 +5,11 @@ goes through html.escape here, so a rule name or a GPU label cannot break the pa
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeGuard
 
 Point = tuple[float, Optional[float]]
 
@@ -66,7 +67,7 @@ LEFT, RIGHT, TOP, BOTTOM = 78, 20, 44, 44
 LIMIT = 1e15
 
 
-def drawable(value: Any) -> bool:
+def drawable(value: Any) -> TypeGuard[float]:
     """A number the plot can place: finite and within LIMIT (inf, nan, 1.7e308, a 400-digit int are not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
@@ -125,7 +126,7 @@ def _segments(points: Sequence[Point], gap: float) -> list[list[tuple[float, flo
 
 def _gap(points: Sequence[Point]) -> float:
     ts = sorted(t for t, _ in points)
-    steps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    steps = sorted(b - a for a, b in itertools.pairwise(ts) if b > a)
     return max(5.0, 5 * steps[len(steps) // 2]) if steps else math.inf
 
 
@@ -177,9 +178,10 @@ def svg(chart: Chart) -> str:
     for v in y_ticks:
         out.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
                    f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" class="tick" text-anchor="end">{escape(chart.fmt(v))}</text>')
-    for s in time_ticks(t1 - t0):
-        out.append(f'<line x1="{x(t0 + s):.1f}" x2="{x(t0 + s):.1f}" y1="{TOP + ph}" y2="{TOP + ph + 5}" class="axis"/>'
-                   f'<text x="{x(t0 + s):.1f}" y="{TOP + ph + 18}" class="tick" text-anchor="middle">{clock(s)}</text>')
+    for tick in time_ticks(t1 - t0):
+        out.append(f'<line x1="{x(t0 + tick):.1f}" x2="{x(t0 + tick):.1f}" y1="{TOP + ph}" y2="{TOP + ph + 5}" '
+                   f'class="axis"/><text x="{x(t0 + tick):.1f}" y="{TOP + ph + 18}" class="tick" '
+                   f'text-anchor="middle">{clock(tick)}</text>')
     out.append(f'<text x="{LEFT + pw / 2:.0f}" y="{H - 6}" class="axislabel" text-anchor="middle">time since the launch</text>'
                f'<text x="14" y="{TOP + ph / 2:.0f}" class="axislabel" text-anchor="middle" '
                f'transform="rotate(-90 14 {TOP + ph / 2:.0f})">{escape(chart.unit)}</text>')

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 from gpuops.agent.wire.detector_list import DETECTORS
 from gpuops.agent.wire.verdict import record_words
+from gpuops.cli.renderers.status_view import job_stop_words, node_words
 from gpuops.cli.reports.html.happened import detail, name, number, words
 from gpuops.cli.reports.html.plot import LIMIT, PALETTE, THROUGHPUT, Chart, Level, Mark, Series, clock, drawable
 from gpuops.cli.reports.html.stack_view import Attempt, attempts
-from gpuops.cli.renderers.status_view import job_stop_words, node_words
 
 
 @dataclass
@@ -136,13 +136,13 @@ def mark_list(rec: dict[str, Any]) -> tuple[list[Mark], list[tuple[float, float,
             continue
         if kind == "match":
             warn = ev.get("action") != "abort"
-            fig = ev.get("figures") if isinstance(ev.get("figures"), dict) else {}
+            fig = f if isinstance(f := ev.get("figures"), dict) else {}
             gpu, xid = fig.get("gpu"), fig.get("xid")
             rule = words(ev.get("rule") or "unnamed rule") + (f": Xid {words(xid)}" if xid is not None else "") + (
                 f" (GPU {words(gpu)})" if gpu is not None else "")
             out.append(Mark(t, f"warn: {rule}" if warn else rule, "warn" if warn else "match"))
         elif kind == "hardware":  # a stall or crash the watchdog put down to an Xid on a run GPU
-            fig = ev.get("figures") if isinstance(ev.get("figures"), dict) else {}
+            fig = f if isinstance(f := ev.get("figures"), dict) else {}
             out.append(Mark(t, f"hardware: Xid {words(fig.get('xid'))} (GPU {words(fig.get('gpu'))})", "abort"))
         elif kind == "stall":
             out.append(Mark(t, f"stall: {words(ev.get('seconds'))} s silent", "stall"))
@@ -189,7 +189,6 @@ def charts(rec: dict[str, Any]) -> list[Chart]:
     mem, mem_notes = per_gpu(0)
     mem_notes += [f"The baseline ({', '.join(mem_left)}) cannot be drawn: left out."] if mem_left else []
     util, util_notes = per_gpu(1)
-    common = {"t0": t0, "t1": t1, "marks": all_marks, "spans": spans}
     # The telemetry series a detector's plot may name (wire/detector_list.Plot), with their baseline levels and
     # what could not be drawn of them.
     tp_notes = left_out_note([(t, v) for t, v in tp if not drawable(v)], t0) + notes
@@ -197,8 +196,10 @@ def charts(rec: dict[str, Any]) -> list[Chart]:
              "memory": (mem, mem_levels, lambda v: f"{v:,.0f}", mem_notes)}
     plots = [d.plot for d in DETECTORS if d.plot is not None and d.plot.series in drawn]
     return [Chart(plot.title, plot.unit, drawn[plot.series][0], levels=drawn[plot.series][1], fmt=drawn[plot.series][2],
-                  empty=plot.empty or Chart.empty, notes=drawn[plot.series][3], **common) for plot in plots] + [
-        Chart("GPU utilisation", "%", util, y_max=100.0, fmt=lambda v: f"{v:.0f}", notes=util_notes, **common),
+                  empty=plot.empty or Chart.empty, notes=drawn[plot.series][3], t0=t0, t1=t1, marks=all_marks, spans=spans)
+            for plot in plots] + [
+        Chart("GPU utilisation", "%", util, y_max=100.0, fmt=lambda v: f"{v:.0f}", notes=util_notes, t0=t0, t1=t1,
+              marks=all_marks, spans=spans),
     ]
 
 

@@ -9,16 +9,16 @@ the command said and why the records are missing.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gpuops.errors import GpuopsError
-from gpuops.client.events import Event, Outcome
 from gpuops.cli.reports.writable import check_writable
+from gpuops.client.events import Event, Outcome
+from gpuops.errors import GpuopsError
 
 if TYPE_CHECKING:
     from types import TracebackType
+
     from gpuops.cli.roles import Render
     from gpuops.client.play import Play
 

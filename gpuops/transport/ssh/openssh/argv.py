@@ -15,9 +15,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from gpuops.targets import Host
 from gpuops.errors import os_reason
 from gpuops.localfiles import unswappable
+from gpuops.targets import Host
 from gpuops.transport.ssh.openssh.dirs import SOCKET_NAME, SOCKET_SUFFIX, SUN_PATH, control_dir, say_no_master
 from gpuops.transport.ssh.openssh.fail import HopView
 from gpuops.transport.ssh.plan import Hop, identity_file_path, known_hosts_name, plan_chain, read_known_hosts
@@ -91,14 +91,15 @@ def plan(ssh: str, host: Host, hosts: Mapping[str, Host]) -> SshPlan:
     if not founds[-1].server_alive_interval:  # a dead peer noticed within 15 s, where the user set no keepalive
         master_args += ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
     return SshPlan(ssh, host.name, _dest(hops[-1]), args, path, ours, master_args,
-                   [_view(h, f) for h, f in zip(hops, founds)], logs, _chain(ssh, cfg, hops, founds, logs), folder)
+                   [_view(h, f) for h, f in zip(hops, founds, strict=True)], logs, _chain(ssh, cfg, hops, founds, logs),
+                   folder)
 
 
 def _chain(ssh: str, cfg: list[str], hops: list[Hop], founds: list[Resolved], logs: list[str] | None) -> list[str]:
     """The last hop's options; each hop before it is the ProxyCommand of the next (`ssh ... -W [%h]:%p HOP`),
     writing its own words to its log while connecting (`logs`), else at LogLevel ERROR."""
     proxy = ""
-    for i, (hop, found) in enumerate(zip(hops, founds)):
+    for i, (hop, found) in enumerate(zip(hops, founds, strict=True)):
         args = [*cfg, *_hop_args(hop, found)] + (["-o", f"ProxyCommand={proxy}"] if proxy else [])
         if i == len(hops) - 1:
             return args

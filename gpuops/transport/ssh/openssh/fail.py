@@ -12,8 +12,16 @@ import os
 import re
 from dataclasses import dataclass
 
-from gpuops.errors import (AuthError, ChangedHostKey, GpuopsError, HostKeyError, LockedKey, RevokedHostKey, SshFileError,
-                           UnknownHostKey)
+from gpuops.errors import (
+    AuthError,
+    ChangedHostKey,
+    GpuopsError,
+    HostKeyError,
+    LockedKey,
+    RevokedHostKey,
+    SshFileError,
+    UnknownHostKey,
+)
 
 
 class SshFailed(Exception):
@@ -138,7 +146,7 @@ def _auth(said: str, hop: HopView) -> AuthError | None:
     methods = found.group(1)
     denied = f"authentication failed (Permission denied ({methods}))"
     agent = _agent_problem(said, hop)
-    certs = [c for c in _OFFERED_CERT.findall(said)]
+    certs = list(_OFFERED_CERT.findall(said))
     if "keyboard-interactive" in methods and "publickey" not in methods.split(","):
         return AuthError(hop.label, f"{denied}: the host asks for a password or a second factor, and gpuops never "
                          "prompts", hint="open a ControlMaster yourself first (`ssh -M -fN HOST` with ControlPath in "

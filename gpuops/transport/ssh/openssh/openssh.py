@@ -15,11 +15,11 @@ import tempfile
 from typing import Any, Mapping
 
 from gpuops.command import Cmd
-from gpuops.targets import Host
 from gpuops.errors import CommandTimeout, ConnectError, GpuopsError
+from gpuops.targets import Host
 from gpuops.transport.base import Result
-from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.local import ProcStream
+from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.ssh.openssh.argv import SshPlan, master_alive, plan
 from gpuops.transport.ssh.openssh.fail import SshFailed, classify
 from gpuops.transport.ssh.plan import where
@@ -42,7 +42,7 @@ class _Master:
         return None
 
 
-class OpenSshTransport(Connecting):
+class OpenSshTransport(Connecting[_Master]):
     """One SSH host, reached with the `ssh` binary at `ssh`; connected lazily, once, reused across commands."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, ssh: str, retry_time: float = 30.0,
@@ -124,7 +124,7 @@ class OpenSshTransport(Connecting):
 
     def _why(self, found: SshPlan, text: str) -> Exception:
         """The error of the first jump whose ssh says why (its own log), else what the host's ssh said."""
-        for hop, log in zip(found.hops, found.hop_logs):
+        for hop, log in zip(found.hops, found.hop_logs, strict=False):  # the jumps have logs, the host not
             error = classify(_read(log), hop, connect_timeout=self.host.connect_timeout, wait_refused=self.wait_refused)
             if isinstance(error, GpuopsError):
                 return error

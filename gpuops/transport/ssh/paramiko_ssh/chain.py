@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from gpuops.transport.ssh._paramiko import paramiko
-
-from gpuops.targets import Host
 from gpuops.errors import AuthError, ConnectError, LockedKey
+from gpuops.targets import Host
+from gpuops.transport.ssh._paramiko import paramiko
 from gpuops.transport.ssh.paramiko_ssh.hostkeys import HostKeyPolicy, bad_key_error, load_known_hosts
 from gpuops.transport.ssh.paramiko_ssh.lowlatency import transport_factory
 from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where
@@ -19,11 +18,13 @@ from gpuops.transport.ssh.plan import Hop, identity_file_path, plan_chain, where
 class _Connection:
     """A connected SSHClient and the clients of its jump hosts (closed together)."""
 
-    def __init__(self, clients: list[Any]) -> None:
+    def __init__(self, clients: list[paramiko.SSHClient]) -> None:
         self.clients = clients  # jump hosts first, the target host last
 
     def transport(self) -> paramiko.Transport:
-        return self.clients[-1].get_transport()
+        transport = self.clients[-1].get_transport()
+        assert transport is not None  # the host's client connected (open)
+        return transport
 
     def is_active(self) -> bool:
         transport = self.clients[-1].get_transport()

@@ -11,10 +11,10 @@ import re
 import threading
 from typing import Any
 
-from gpuops.transport.ssh._paramiko import paramiko
-
-from gpuops.transport.ssh.plan import known_hosts_name, read_known_hosts as _read_known_hosts
 from gpuops.errors import ChangedHostKey, HostKeyError, RevokedHostKey, SshFileError, UnknownHostKey, os_reason
+from gpuops.transport.ssh._paramiko import paramiko
+from gpuops.transport.ssh.plan import known_hosts_name
+from gpuops.transport.ssh.plan import read_known_hosts as _read_known_hosts
 
 _append_lock = threading.Lock()
 

@@ -8,14 +8,13 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Mapping
-
-from gpuops.transport.ssh._paramiko import paramiko
+from typing import Mapping
 
 from gpuops.command import Cmd
-from gpuops.targets import Host
 from gpuops.errors import AuthError, CommandTimeout, ConnectError, GpuopsError, HostKeyError
+from gpuops.targets import Host
 from gpuops.transport.base import Result
+from gpuops.transport.ssh._paramiko import paramiko
 from gpuops.transport.ssh.connecting import Connecting, ConnectionLost
 from gpuops.transport.ssh.paramiko_ssh.chain import _Connection
 from gpuops.transport.ssh.plan import where as _where
@@ -88,7 +87,7 @@ class SshStream:
         self._chan.close()
 
 
-class SshTransport(Connecting):
+class SshTransport(Connecting[_Connection]):
     """One SSH host through paramiko (where there is no `ssh` binary), connected lazily, once, and reused."""
 
     def __init__(self, host: Host, hosts: Mapping[str, Host], *, retry_time: float = 30.0) -> None:
@@ -121,13 +120,14 @@ class SshTransport(Connecting):
             hint="check the address and port in the inventory, and that sshd is running",
         )
 
-    def _connect_once(self) -> Any:
+    def _connect_once(self) -> _Connection:
         return _Connection.open(self.host, self.hosts)
 
     def _transport(self) -> paramiko.Transport:
         self.connect()
-        if not self._conn.is_active():
+        if self._conn is None or not self._conn.is_active():
             self.reconnect()
+        assert self._conn is not None
         return self._conn.transport()
 
     # -- commands --------------------------------------------------------------------
