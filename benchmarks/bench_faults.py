@@ -21,11 +21,12 @@ from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Callable, List, Tuple
 
+from benchkit import GPUOPS, ROOT, Row, Site, wait_for
+
 import yaml
 from bench import SshServer
 from bench.inventory import host_entry, write_inventory
 from bench.watchdog import events, pids, wait_watching
-from benchkit import GPUOPS, ROOT, Row, Site, wait_for
 from faults_35_joblink import JOBLINK_FAULTS
 from faults_35_local import LOCAL_FAULTS
 from faults_35_notify import NOTIFY_FAULTS

@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_scan import EXTRA_RULES, FX_TRACEBACK, MIB, write_log
 from benchkit import Row
+
+from bench_scan import EXTRA_RULES, FX_TRACEBACK, MIB, write_log
 
 from gpuops.agent.wire.signatures.matcher import Matcher, Rule, builtin_rules, regex_rule
 

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.watchdog import events, heartbeat, wait_watching
 from benchkit import Row, Site, children, cpu_times, run_seconds, wait_for
+
+from bench.watchdog import events, heartbeat, wait_watching
 
 STAMPER = ("python3 -u -c \"import time\nfor i in range(LINES):\n    time.sleep(0.3)\n"
            "    print('bench-mark %.6f' % time.time())\ntime.sleep(600)\"")
@@ -146,8 +147,9 @@ def bench_first_contact(args: Any) -> list[Row]:
     import shlex
     import sys
 
-    from bench.inventory import write_inventory
     from benchkit import GPUOPS, ROOT, servers, stop
+
+    from bench.inventory import write_inventory
 
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
     pairs = servers(1, (200,))

@@ -13,11 +13,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench import FakeProxmox, SshServer  # noqa: E402
-from bench.inventory import write_inventory  # noqa: E402
 from benchkit import GPUOPS, Row, timed
 from benchkit import servers as _servers
 from benchkit import stop as _stop
+
+from bench import FakeProxmox, SshServer  # noqa: E402
+from bench.inventory import write_inventory  # noqa: E402
 
 QUERY = "nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits"
 

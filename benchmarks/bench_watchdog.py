@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.watchdog import events, heartbeat, remove_watchdog, wait_watching
 from benchkit import GPUOPS, Row, Site, wait_for
+
+from bench.watchdog import events, heartbeat, remove_watchdog, wait_watching
 
 FX = b"Detected that you are using FX to symbolically trace"
 

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchkit import Row, Site, children, cpu_times, rss_mib, wait_for
+
 from bench.watchdog import heartbeat, wait_watching
 from bench_scan import GREP_PATTERNS
-from benchkit import Row, Site, children, cpu_times, rss_mib, wait_for
 
 from gpuops.agent.detect.telemetry import TelemetryLog
 

@@ -11,13 +11,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable, List, Tuple
 
+from benchkit import servers, stop
+
 import test_faults_abort as fa  # tests/ and its areas are on sys.path through benchkit
 import test_faults_agent as fg
 import test_faults_interrupts as fi
 import test_faults_logs as fl
 import test_faults_reap as fr
 from bench.faults import can_mount
-from benchkit import servers, stop
 from test_watch import Ct, make_ct
 
 Result = Tuple[str, bool]

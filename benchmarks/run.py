@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from benchkit import GPUOPS, ROOT, Row, pct, timed
+from benchkit import servers as _servers
+from benchkit import stop as _stop
+
 from bench import FakeProxmox, SshServer  # noqa: E402
 from bench.inventory import write_inventory  # noqa: E402
 from bench_compile_guard import bench_compile_guard
@@ -38,9 +42,6 @@ from bench_idle import bench_first_contact, bench_wd_idle, bench_wd_idle_metrics
 from bench_ssh import bench_status
 from bench_watchdog import bench_wd_abort, bench_wd_abort_metrics, bench_wd_kill
 from bench_wdcost import bench_telemetry, bench_wd_cpu
-from benchkit import GPUOPS, ROOT, Row, pct, timed
-from benchkit import servers as _servers
-from benchkit import stop as _stop
 
 PY = sys.executable
 VENV = ROOT / "benchmarks" / "out" / "venv"

@@ -8,6 +8,7 @@ import shlex
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -426,3 +427,13 @@ def test_local_proxmox_runs_pct_without_ssh(local_proxmox: FakeProxmox) -> None:
     out = subprocess.run(["pct", "exec", "200", "--", "nvidia-smi", "-L", "-i", "0"], capture_output=True, text=True)
     assert out.stdout == f"GPU 0: NVIDIA H200 (UUID: {FIRST_UUID})\n"
     assert os.environ["GPUOPS_FAKE_ROOT"] == str(local_proxmox.root)
+
+
+@pytest.mark.parametrize("script", ["run.py", "bench_scan.py"])
+def test_the_benchmark_scripts_start_as_the_readme_runs_them(script: str) -> None:
+    """`python3 benchmarks/X.py --help` from a fresh interpreter: each script's imports (benchkit first, which puts
+    the bench and the tests' modules on sys.path) resolve, as BENCHMARKS.md's commands need."""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--help"], capture_output=True, text=True,
+                       timeout=120, cwd=root)
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), r.stderr[-2000:]
