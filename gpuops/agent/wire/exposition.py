@@ -15,8 +15,8 @@ import re
 import zlib
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-__all__ = ["CONTENT_TYPE", "LABEL_MAX", "Exposition", "Family", "escape_help", "escape_label", "label_value",
-           "number"]
+__all__ = ["CONTENT_TYPE", "LABEL_MAX", "Exposition", "Family", "SeriesKey", "escape_help", "escape_label",
+           "label_value", "number", "series_key"]
 
 #: What an exposition is served or pushed as.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -111,29 +111,42 @@ def _label(value: str) -> Tuple[str, str]:
     return known
 
 
+#: A series' labels as exposed: (name, escaped value) pairs, those without a value left out.
+SeriesKey = Tuple[Tuple[str, str], ...]
+
+
+def series_key(labels: Mapping[str, object]) -> SeriesKey:
+    """The labels checked (a name Prometheus accepts) and their values exposed and escaped, once."""
+    key = tuple((name, _label(v if isinstance(v, str) else str(v))[1]) for name, v in labels.items()
+                if v is not None and v != "")
+    for name, _ in key:
+        if name not in _NAMES_OK:
+            if not _LABEL_NAME.match(name) or name.startswith("__"):
+                raise ValueError("not a label name: %r" % (name,))
+            _NAMES_OK.add(name)
+    return key
+
+
 class Exposition:
     """Samples gathered family by family (from any number of runs), rendered as one exposition."""
 
     def __init__(self) -> None:
         self._families: Dict[str, Family] = {}
-        self._samples: Dict[str, Dict[Tuple[Tuple[str, str], ...], str]] = {}
+        self._samples: Dict[str, Dict[SeriesKey, str]] = {}
 
     def add(self, family: Family, labels: Mapping[str, object], value: object) -> None:
         """One sample of `family`; a value that is no number (None) adds nothing; a series given again keeps its
         first value."""
+        self.add_keyed(family, series_key(labels), value)
+
+    def add_keyed(self, family: Family, key: "SeriesKey", value: object) -> None:
+        """add() with the labels already made a series_key (several families of one series' labels: a GPU's)."""
         text = number(value)
         if text is None:
             return
         known = self._families.setdefault(family.name, family)
         if known is not family and (known.kind != family.kind or known.help != family.help):
             raise ValueError("two families named %s" % family.name)
-        key = tuple((name, _label(v if isinstance(v, str) else str(v))[1]) for name, v in labels.items()
-                    if v is not None and v != "")
-        for name, _ in key:
-            if name not in _NAMES_OK:
-                if not _LABEL_NAME.match(name) or name.startswith("__"):
-                    raise ValueError("not a label name: %r" % (name,))
-                _NAMES_OK.add(name)
         self._samples.setdefault(family.name, {}).setdefault(key, text)
 
     def __bool__(self) -> bool:

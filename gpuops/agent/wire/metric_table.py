@@ -20,7 +20,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .exposition import Exposition, Family
+from .exposition import Exposition, Family, series_key
 from .protocol import RunState
 
 __all__ = ["GPU_FAMILIES", "GPU_HEALTH_FAMILIES", "RUN_FAMILIES", "STATES", "GpuFamily", "GpuReading",
@@ -265,9 +265,13 @@ def _sum(pairs: Any) -> Dict[Tuple[str, ...], int]:
 
 
 def _add_gpus(out: Exposition, s: RunSnapshot, table: Sequence[GpuFamily]) -> None:
+    """Every family of the table for each GPU, the GPU's labels made a series key once (not once a family)."""
+    base = s.labels()
+    gpus = sorted(s.gpus, key=lambda g: g.gpu)
+    keys = [series_key({**base, "gpu": str(int(g.gpu)), "uuid": g.uuid}) for g in gpus]
     for row in table:
-        for g in sorted(s.gpus, key=lambda g: g.gpu):
-            out.add(row.family, {**s.labels(), "gpu": str(int(g.gpu)), "uuid": g.uuid}, row.value(g))
+        for g, key in zip(gpus, keys):
+            out.add_keyed(row.family, key, row.value(g))
 
 
 def render(snapshots: Sequence[RunSnapshot]) -> str:
