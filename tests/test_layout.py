@@ -9,6 +9,7 @@ subfolder counting as one; the repository's own picture is gpuops/'s with benchm
 from __future__ import annotations
 
 import ast
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,7 +20,13 @@ MOST_FLOORS = 6
 
 @lru_cache(maxsize=1)
 def files() -> frozenset[Path]:
-    return frozenset(p.relative_to(ROOT) for top in TOPS for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+    """The project's own Python files: what git tracks (a venv `benchmarks/run.py --venv` made under benchmarks/out/
+    is not the house), or, outside a checkout, every file but caches and virtual environments."""
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", *TOPS], cwd=ROOT, capture_output=True)
+    if tracked.returncode == 0 and tracked.stdout:
+        return frozenset(Path(p) for p in tracked.stdout.decode().split("\0") if p.endswith(".py"))
+    return frozenset(p.relative_to(ROOT) for top in TOPS for p in (ROOT / top).rglob("*.py")
+                     if "__pycache__" not in p.parts and "site-packages" not in p.parts)
 
 
 def module_file(parts: list[str]) -> Path | None:
@@ -119,3 +126,15 @@ def test_no_folder_is_more_than_six_floors_deep() -> None:
     folders = sorted({p for f in files() for p in f.parents})
     deep = {f"{d}/": chain for d in folders if len(chain := floors(d)) > MOST_FLOORS}
     assert deep == {}, "\n".join(f"{d}: {len(c)} floors: {' -> '.join(c)}" for d, c in deep.items())
+
+
+def test_no_module_name_is_on_both_sides() -> None:
+    """What runs on the target (gpuops/agent/) and what runs here name their modules apart: a newcomer who opens
+    `health.py` or `status.py` knows which side it is (STYLE.md: no module name on both sides)."""
+    def names(paths: list[Path]) -> set[str]:
+        return {p.stem for p in paths if not p.stem.startswith("__")}
+
+    package = ROOT / "gpuops"
+    agent = names([*(package / "agent").rglob("*.py"), *(package / "agent").rglob("*.sh")])
+    client = names([p for p in [*package.rglob("*.py"), *package.rglob("*.sh")] if (package / "agent") not in p.parents])
+    assert agent & client == set()

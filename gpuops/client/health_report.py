@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuops.agent.wire.verdict import SERVICE, worst
 from gpuops.client.door import Door
-from gpuops.client.health import Health, HostXids, XidsSoon, verdicts
+from gpuops.client.gpu_health import Health, HostXids, XidsSoon, verdicts
 from gpuops.errors import ExitCode, GpuopsError
 from gpuops.targets import Inventory, Target
 from gpuops.transport import Pool

@@ -52,7 +52,7 @@ def ended_outcome(play: Play, run_id: str, ev: Any, *, first_abort: Any = None, 
     said = {"last_line": last} if last else {}
     how = _badly(info, ev)
     if how is not None and info is not None and info.hardware is None:  # an Xid the follower did not hand over?
-        from gpuops.client.health import explain_end
+        from gpuops.client.gpu_health import explain_end
 
         info.hardware = explain_end(play, run_id, info, how)
     if info is not None and info.outcome_code() == ExitCode.HARDWARE and info.hardware is not None:

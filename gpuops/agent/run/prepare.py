@@ -19,7 +19,7 @@ from ..wire.records import write_json_atomic
 
 #: The records `record` may rewrite (the others are written once, by their owners).
 #: The records a client may write: meta.json (the launch's phase), hardware.json (a stall or crash it put down to an
-#: Xid the host's kernel log shows, where the host's follower did not hand it over: client/health.explain_end).
+#: Xid the host's kernel log shows, where the host's follower did not hand it over: client/gpu_health.explain_end).
 REWRITABLE = (p.META, p.HARDWARE)
 
 

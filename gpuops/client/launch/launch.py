@@ -11,7 +11,7 @@ from gpuops.agent.wire import protocol as p
 from gpuops.client.door import commands
 from gpuops.client.door.commands import dumps
 from gpuops.client.events import Event, Outcome
-from gpuops.client.health import XidsSoon, host_door, meta_state, start_host_watch
+from gpuops.client.gpu_health import XidsSoon, host_door, meta_state, start_host_watch
 from gpuops.client.launch.preflight import LaunchLock, evaluate, wants_health, xid_window
 from gpuops.client.launch.run_id import new_run_id
 from gpuops.client.launch.sequential_warmup import WarmupError, render_warmup_command, run_warmups, stop_warmup

@@ -11,7 +11,7 @@ import time
 from typing import Any, Iterator
 
 from gpuops.client.events import Event, Outcome
-from gpuops.client.health import XidsSoon, meta_state, start_host_watch
+from gpuops.client.gpu_health import XidsSoon, meta_state, start_host_watch
 from gpuops.client.launch.preflight import LaunchLock, evaluate, xid_window
 from gpuops.client.launch.run_id import new_run_id
 from gpuops.client.launch.sequential_warmup import WarmupError, run_warmups, stop_warmup

@@ -11,7 +11,7 @@ from gpuops.agent.wire.marks import ProbeReply
 from gpuops.agent.wire.verdict import Verdict
 from gpuops.client.door.channels import LockChannel
 from gpuops.client.events import Event
-from gpuops.client.health import HINT, Health, HostXids, gpu_event, refusal, verdicts
+from gpuops.client.gpu_health import HINT, Health, HostXids, gpu_event, refusal, verdicts
 from gpuops.client.launch.gpus import GpuCheck, check_idle
 from gpuops.client.play import Play, holder_id
 from gpuops.errors import PreflightFailed, RunAlive, TargetNotReady
