@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hang_verdict import NODES, record_summaries
 
 from gpuops.agent.wire import hang
-from gpuops.agent.wire.flight import read_record
 from gpuops.agent.wire.records import outcome
 from gpuops.client.nodes import NodeEnd, job_outcome
 
@@ -22,29 +22,14 @@ RECORD = Path(__file__).resolve().parents[1] / "data" / "real_h200" / "nodes-han
 pytestmark = pytest.mark.skipif(not (RECORD / "summary.json").is_file(),
                                 reason="no real hung-job record yet: the lead runs `tools/real_nodes.py OUT --hang` on "
                                        "the GPU machine and keeps OUT/nodes-hang/ as tests/data/real_h200/nodes-hang/")
-NODES = ["ct200", "ct201"]
 
 
 def bundle(node: str) -> dict[str, Any]:
     return json.loads((RECORD / f"{node}.json").read_text())
 
 
-def summary(node: str, rank: int) -> dict[str, Any]:
-    """The node's summary from its records alone: each rank's stacks text and its recorder's dump."""
-    b = bundle(node)
-    rows = []
-    for row in b["abort_done"]["stacks"]:
-        if not isinstance(row.get("rank"), int):
-            continue  # torchrun's own agent
-        pid = str(row["pid"])
-        dump = b["flight"].get(pid)
-        rows.append(hang.rank_row(row["rank"], row.get("local_rank"), row["pid"], b["stacks"].get(pid, ""),
-                                  read_record(json.dumps(dump)) if dump is not None else None))
-    return hang.node_summary(node, rank, rows, [])
-
-
 def test_the_verdict_read_from_both_nodes_records_names_the_collective_the_missing_rank_its_node_and_where() -> None:
-    verdict = hang.verdict({0: summary("ct200", 0), 1: summary("ct201", 1)}, NODES)
+    verdict = hang.verdict(record_summaries(RECORD), NODES)  # as the CPU record is read (test_hang_verdict)
     assert verdict["source"] == "flight-recorder", verdict
     c = verdict["collective"]
     assert (c["op"], c["seq"], c["pg"], c["backend"]) == ("all_reduce", 6, "0", "gloo"), c
